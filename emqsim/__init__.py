@@ -1,0 +1,45 @@
+"""emqsim: why a job queue should find dead workers with a lock lease renewed by a heartbeat, not a timeout.
+
+>>> from emqsim import simulate, LeasePolicy, TimeoutPolicy, standard
+>>> run = simulate(standard("fast-dead"), LeasePolicy(lease=30, beat=10), seed=1)
+"""
+
+from emqsim.distributions import Empirical, Exponential, Fixed, LogNormal, Uniform, parse_distribution
+from emqsim.engine import Simulation, simulate
+from emqsim.errors import ConfigError
+from emqsim.faults import Crash, Freeze, Network, RandomFaults
+from emqsim.policies import LeasePolicy, LeaseWarning, ReclaimPolicy, RenewalRule, TimeoutPolicy
+from emqsim.records import Attempt, LockEvent, Run, SweepEvent, WorkerEvent
+from emqsim.scenario import STANDARD, Scenario, standard
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "STANDARD",
+    "Attempt",
+    "ConfigError",
+    "Crash",
+    "Empirical",
+    "Exponential",
+    "Fixed",
+    "Freeze",
+    "LeasePolicy",
+    "LeaseWarning",
+    "LockEvent",
+    "LogNormal",
+    "Network",
+    "RandomFaults",
+    "ReclaimPolicy",
+    "RenewalRule",
+    "Run",
+    "Scenario",
+    "Simulation",
+    "SweepEvent",
+    "TimeoutPolicy",
+    "Uniform",
+    "WorkerEvent",
+    "__version__",
+    "parse_distribution",
+    "simulate",
+    "standard",
+]

@@ -1,0 +1,233 @@
+"""Reclaim policies: how a dead worker's job is found and given back to the queue.
+
+A policy says three things: what a worker does while it holds a job (`renewal`: the heartbeat rule, or None),
+what the server does on each atomic step (`take`, `renew`, `finish`, `sweep`, all run inside the store at one
+instant, like Lua scripts), and who runs the sweep and how often. The engine knows nothing else about it, so a
+new detector (an adaptive timeout, phi accrual) is one subclass of `ReclaimPolicy`; the engine works on a
+fresh copy of the policy in every run, so per-run state kept on `self` is safe.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from emqsim.errors import ConfigError
+from emqsim.protocol import FinishReply, Queue, SweepReply
+from emqsim.units import to_ms, to_s
+
+SweptBy = Literal["workers", "reaper"]
+
+
+class LeaseWarning(UserWarning):
+    """Settings that work but are fragile (a lease that one missed heartbeat lapses)."""
+
+
+def _require_positive(name: str, seconds: float) -> None:
+    if not isinstance(seconds, int | float) or not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(f"{name} must be a positive number of seconds, got {seconds!r}")
+    if to_ms(seconds) < 1:
+        raise ConfigError(
+            f"{name} must be at least 0.001 s (the clock counts whole milliseconds), got {seconds}"
+        )
+
+
+@dataclass(frozen=True)
+class RenewalRule:
+    """When a worker renews its leases.
+
+    The worker's one lock-manager timer fires every `tick_ms`; on each tick it renews, in ONE batched round
+    trip, every held job whose last renewal `ts` satisfies `now - ts > min_age_ms` (or `>=` when not
+    `strict`), setting `ts = now`. With `after_reply` the next tick is scheduled when the round trip returns
+    (BullMQ's `setTimeout` after `await`), else at a fixed rate. `per_job` gives every job its own timer and
+    round trip instead (the naive design, for comparing Redis load). `recreate_missing` makes a renewal set
+    a missing lock again instead of failing the token check.
+    """
+
+    tick_ms: int
+    min_age_ms: int = 0
+    strict: bool = True
+    after_reply: bool = True
+    per_job: bool = False
+    recreate_missing: bool = False
+
+    @classmethod
+    def every(cls, beat: float, **kw: Any) -> RenewalRule:
+        """Renew every held job on each beat (the seed's 'lease 30 s renewed every 10 s')."""
+        return cls(tick_ms=to_ms(beat), min_age_ms=0, **kw)
+
+    @classmethod
+    def bullmq(cls, lock_duration: float, lock_renew_time: float | None = None, **kw: Any) -> RenewalRule:
+        """BullMQ's LockManager: renew = lockDuration/2, tick every renew/2, renew when `ts + renew/2 < now`."""
+        renew_ms = to_ms(lock_renew_time) if lock_renew_time is not None else to_ms(lock_duration) // 2
+        half = renew_ms // 2
+        return cls(tick_ms=half, min_age_ms=half, strict=True, after_reply=True, **kw)
+
+    def due(self, now_ms: int, ts_ms: int) -> bool:
+        age = now_ms - ts_ms
+        return age > self.min_age_ms if self.strict else age >= self.min_age_ms
+
+
+class ReclaimPolicy:
+    """The interface the engine uses. Subclass and override what differs; see LeasePolicy and TimeoutPolicy.
+
+    Attributes read by the engine:
+      name            a short label for tables ("lease", "timeout", a preset's name, yours)
+      renewal         RenewalRule the workers follow while holding jobs, or None for no heartbeat
+      sweep_interval_ms  how often the sweep runs
+      swept_by        "workers" (every live worker runs it on its own timer, rate-limited as BullMQ does) or
+                      "reaper" (one dedicated process that never dies)
+      fenced          whether finishes are token-checked (a stale finish is rejected instead of accepted)
+    """
+
+    name: str = "custom"
+    renewal: RenewalRule | None = None
+    sweep_interval_ms: int = 5000
+    swept_by: SweptBy = "reaper"
+    fenced: bool = True
+
+    def settings(self) -> dict[str, Any]:
+        """Plain settings for tables, in seconds; None where a setting does not apply."""
+        return {
+            "policy": self.name,
+            "lease": None,
+            "beat": None,
+            "scan": to_s(self.sweep_interval_ms),
+            "timeout": None,
+        }
+
+    # Server-side atomic steps; each runs inside the store at one instant.
+    def take(self, queue: Queue, token: str, now_ms: int) -> str | None:
+        return queue.take(token, now_ms, lock_ms=None, set_lock=self.fenced)
+
+    def renew(self, queue: Queue, held: list[tuple[str, str]], now_ms: int) -> list[str]:
+        return [job_id for job_id, _ in held]
+
+    def finish(self, queue: Queue, job_id: str, token: str, now_ms: int) -> FinishReply:
+        return queue.finish(job_id, token, check_token=self.fenced)
+
+    def sweep(self, queue: Queue, now_ms: int) -> SweepReply:
+        raise NotImplementedError
+
+
+class LeasePolicy(ReclaimPolicy):
+    """A lock with a `PX` lease, renewed by a heartbeat; the sweep reclaims jobs whose lock is gone.
+
+    `lease`, `beat` and `scan` are seconds. `two_phase` selects BullMQ's mark-then-move sweep (default) or a
+    single pass. `renewal` overrides the default rule `RenewalRule.every(beat)` (e.g. BullMQ's exact rule).
+    """
+
+    def __init__(
+        self,
+        lease: float = 30.0,
+        beat: float = 10.0,
+        scan: float = 5.0,
+        *,
+        two_phase: bool = True,
+        max_stalled: int | None = 1,
+        swept_by: SweptBy = "workers",
+        renewal: RenewalRule | None = None,
+        name: str = "lease",
+    ) -> None:
+        _require_positive("lease", lease)
+        _require_positive("beat", beat)
+        _require_positive("scan", scan)
+        if beat >= lease:
+            raise ConfigError(
+                f"beat ({beat:g} s) must be shorter than the lease ({lease:g} s): the lock would lapse "
+                "between renewals; try beat <= lease/3"
+            )
+        if max_stalled is not None and max_stalled < 0:
+            raise ConfigError(f"max_stalled must be >= 0 or None, got {max_stalled}")
+        if swept_by not in ("workers", "reaper"):
+            raise ConfigError(f"swept_by must be 'workers' or 'reaper', got {swept_by!r}")
+        self.lease_ms = to_ms(lease)
+        self.beat_ms = to_ms(beat)
+        self.sweep_interval_ms = to_ms(scan)
+        self.two_phase = two_phase
+        self.max_stalled = max_stalled
+        self.swept_by = swept_by
+        self.renewal = renewal or RenewalRule.every(beat)
+        if self.renewal.tick_ms >= self.lease_ms:
+            raise ConfigError("the renewal timer must tick more often than the lease lasts")
+        self.name = name
+        self.fenced = True
+        if lease / beat < 2:
+            warnings.warn(
+                f"lease/beat = {lease / beat:.2f} < 2: a single late or lost heartbeat lapses the lease",
+                LeaseWarning,
+                stacklevel=2,
+            )
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "policy": self.name,
+            "lease": to_s(self.lease_ms),
+            "beat": to_s(self.beat_ms),
+            "scan": to_s(self.sweep_interval_ms),
+            "timeout": None,
+        }
+
+    def take(self, queue: Queue, token: str, now_ms: int) -> str | None:
+        return queue.take(token, now_ms, lock_ms=self.lease_ms)
+
+    def renew(self, queue: Queue, held: list[tuple[str, str]], now_ms: int) -> list[str]:
+        return queue.extend_locks(held, self.lease_ms, recreate_missing=self.renewal.recreate_missing)
+
+    def sweep(self, queue: Queue, now_ms: int) -> SweepReply:
+        if self.two_phase:
+            return queue.sweep_two_phase(now_ms, self.sweep_interval_ms, self.max_stalled)
+        return queue.sweep_single_phase(now_ms, self.sweep_interval_ms, self.max_stalled)
+
+    def __repr__(self) -> str:
+        return (
+            f"LeasePolicy(lease={to_s(self.lease_ms)}, beat={to_s(self.beat_ms)}, "
+            f"scan={to_s(self.sweep_interval_ms)}, two_phase={self.two_phase})"
+        )
+
+
+class TimeoutPolicy(ReclaimPolicy):
+    """The fixed-timeout reaper: every `scan` seconds, reclaim any active job older than `timeout` seconds.
+
+    No heartbeat. Finishes are not token-checked unless `fenced=True`, so a late finish of a reclaimed job is
+    accepted: the job has then completed twice.
+    """
+
+    def __init__(
+        self,
+        timeout: float = 600.0,
+        scan: float = 5.0,
+        *,
+        fenced: bool = False,
+        max_stalled: int | None = None,
+        swept_by: SweptBy = "reaper",
+        name: str = "timeout",
+    ) -> None:
+        _require_positive("timeout", timeout)
+        _require_positive("scan", scan)
+        if swept_by not in ("workers", "reaper"):
+            raise ConfigError(f"swept_by must be 'workers' or 'reaper', got {swept_by!r}")
+        self.timeout_ms = to_ms(timeout)
+        self.sweep_interval_ms = to_ms(scan)
+        self.fenced = fenced
+        self.max_stalled = max_stalled
+        self.swept_by = swept_by
+        self.renewal = None
+        self.name = name
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "policy": self.name,
+            "lease": None,
+            "beat": None,
+            "scan": to_s(self.sweep_interval_ms),
+            "timeout": to_s(self.timeout_ms),
+        }
+
+    def sweep(self, queue: Queue, now_ms: int) -> SweepReply:
+        return queue.reap(now_ms, self.timeout_ms, self.max_stalled)
+
+    def __repr__(self) -> str:
+        return f"TimeoutPolicy(timeout={to_s(self.timeout_ms)}, scan={to_s(self.sweep_interval_ms)})"

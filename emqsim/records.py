@@ -1,0 +1,138 @@
+"""What a run leaves behind: plain, append-only records that statistics, plots and notebooks read.
+
+Times are seconds (floats made from the engine's integer milliseconds by one division, so they are exact and
+reproducible). A `Run` hashes to a digest that proves two runs were bit-identical.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+WorkerState = Literal["alive", "frozen", "dead"]
+
+# Outcomes of one attempt (one take of a job by a worker).
+COMPLETED = "completed"  # finish accepted, the job's first completion
+DUPLICATE_COMPLETION = (
+    "duplicate_completion"  # finish accepted although the job was reclaimed or already done
+)
+FINISH_REJECTED = "finish_rejected"  # finish refused by the token check ("Missing lock" / "Lock mismatch")
+RECLAIMED = "reclaimed"  # taken back by the sweep; the worker never finished it
+FAILED = "failed"  # stalled more than max_stalled times: moved to `failed`
+RUNNING = "running"  # still running on a live (or frozen) worker at the horizon
+HELD = "held"  # its worker is dead and nothing reclaimed it by the horizon (hostage)
+OUTCOMES = (COMPLETED, DUPLICATE_COMPLETION, FINISH_REJECTED, RECLAIMED, FAILED, RUNNING, HELD)
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One take of a job. Server-side times (`taken_at`, `reclaimed_at`, `finish_applied_at`) are when Redis
+    executed the step; worker-side times (`started_at`, `finished_at`) are when the worker acted."""
+
+    job: str
+    attempt: int
+    worker: int
+    token: str
+    work: float  # seconds of work this attempt needs
+    taken_at: float
+    started_at: float | None = None
+    finished_at: float | None = None  # the worker finished its work and sent the finish
+    finish_applied_at: float | None = None
+    finish_result: str | None = None  # "accepted", or the moveToFinished error text
+    reclaimed_at: float | None = None
+    reclaimed_by: str | None = None  # "worker <id>" or "reaper"
+    worker_state_at_reclaim: WorkerState | None = None
+    failed_at: float | None = None
+    died_at: float | None = None  # its worker crashed while holding it
+    work_done: float = 0.0  # seconds of work the worker actually did on it
+    outcome: str = RUNNING
+
+    @property
+    def false_reclaim(self) -> bool:
+        """Reclaimed (or failed by the sweep) while its worker was not dead."""
+        return self.worker_state_at_reclaim in ("alive", "frozen")
+
+    @property
+    def detection_latency(self) -> float | None:
+        """Crash -> reclaim, for attempts whose worker died holding them."""
+        if self.died_at is None:
+            return None
+        end = self.reclaimed_at if self.reclaimed_at is not None else self.failed_at
+        return None if end is None else end - self.died_at
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerEvent:
+    time: float
+    worker: int
+    kind: str  # start, crash, freeze, resume, restart
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LockEvent:
+    time: float
+    job: str
+    token: str | None
+    kind: str  # set, renewed, renew_failed, released, deleted, expired, evicted
+    expires_at: float | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SweepEvent:
+    time: float
+    by: str
+    skipped: bool
+    reclaimed: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+    marked: int = 0
+
+
+@dataclass
+class Run:
+    """Everything one simulation produced, plus what it was asked to do."""
+
+    scenario: str
+    policy: dict[str, Any]
+    seed: int
+    replication: int
+    end: float  # simulated seconds when it stopped
+    ended_by: str  # "done" (every job settled) or "horizon"
+    jobs: int
+    arrivals: list[float] = field(default_factory=list)  # arrival time of job `str(i)` at index i
+    attempts: list[Attempt] = field(default_factory=list)
+    worker_events: list[WorkerEvent] = field(default_factory=list)
+    lock_events: list[LockEvent] = field(default_factory=list)
+    sweeps: list[SweepEvent] = field(default_factory=list)
+    requests: dict[str, int] = field(default_factory=dict)  # client round trips to Redis, by kind
+    redis_commands: int = 0  # commands Redis executed (inside scripts too)
+    resident_keys_peak: int = 0
+    final_state: dict[str, int] = field(
+        default_factory=dict
+    )  # jobs in wait/active/completed/failed at the end
+
+    @property
+    def total_requests(self) -> int:
+        return sum(self.requests.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def digest(self) -> str:
+        """SHA-256 of the canonical JSON of every record: equal digests mean bit-identical runs."""
+        text = json.dumps(self.as_dict(), sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def attempts_table(self) -> list[dict[str, Any]]:
+        """The attempts as rows (dicts); `pandas.DataFrame(run.attempts_table())` gives a table."""
+        rows = []
+        for a in self.attempts:
+            row = dataclasses.asdict(a)
+            row["false_reclaim"] = a.false_reclaim
+            row["detection_latency"] = a.detection_latency
+            rows.append(row)
+        return rows

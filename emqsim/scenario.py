@@ -1,0 +1,174 @@
+"""Scenarios: the workload, the workers and the faults (everything except the reclaim policy and the seed).
+
+The standard scenarios every surface uses live in `STANDARD`; each is a function taking the knobs a user
+would vary and returning a `Scenario`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from emqsim.distributions import Distribution, Fixed, LogNormal
+from emqsim.errors import ConfigError
+from emqsim.faults import Crash, Freeze, Network, RandomFaults
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What happens in one run, in seconds.
+
+    jobs          how many jobs arrive: all at t=0, or as a Poisson stream with `arrival_rate` per second
+    duration      each job's work (drawn once per job: a retried job needs the same work again)
+    faults        explicit crashes and freezes; `random_faults` draws more per worker
+    phases        "random": each worker's renewal and sweep timers start at a uniformly drawn offset
+                  (workers start at arbitrary times in real deployments); "aligned": all at t=0
+    horizon       the run stops here even if jobs are still held (nothing reclaims them if every worker
+                  is dead and there is no reaper)
+    hz            Redis's active-expire frequency
+    """
+
+    name: str = "custom"
+    workers: int = 1
+    concurrency: int = 1
+    jobs: int = 1
+    arrival_rate: float | None = None
+    duration: Distribution = Fixed(60.0)
+    faults: tuple[Crash | Freeze, ...] = ()
+    random_faults: RandomFaults | None = None
+    network: Network = field(default_factory=Network)
+    phases: Literal["random", "aligned"] = "random"
+    horizon: float = 7200.0
+    hz: int = 10
+    queue: str = "default"
+
+    def __post_init__(self) -> None:
+        for name in ("workers", "concurrency", "jobs"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"scenario {name} must be a whole number >= 1, got {value!r}")
+        if self.arrival_rate is not None and not (math.isfinite(self.arrival_rate) and self.arrival_rate > 0):
+            raise ConfigError(f"arrival_rate must be > 0 jobs per second, got {self.arrival_rate}")
+        if not (math.isfinite(self.horizon) and self.horizon > 0):
+            raise ConfigError(f"horizon must be > 0 seconds, got {self.horizon}")
+        if self.phases not in ("random", "aligned"):
+            raise ConfigError(f"phases must be 'random' or 'aligned', got {self.phases!r}")
+        if not isinstance(self.hz, int) or not 1 <= self.hz <= 500:
+            raise ConfigError(f"hz must be a whole number in 1..500 (Redis's range), got {self.hz!r}")
+        for fault in self.faults:
+            if fault.worker is not None and fault.worker >= self.workers:
+                raise ConfigError(
+                    f"a fault targets worker {fault.worker} but the scenario has {self.workers} workers (0..{self.workers - 1})"
+                )
+            if fault.job is not None and fault.job >= self.jobs:
+                raise ConfigError(f"a fault targets job {fault.job} but the scenario has {self.jobs} jobs")
+
+    def with_(self, **changes: Any) -> Scenario:
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)
+
+
+def slow_alive(duration: float = 900.0, workers: int = 2, horizon: float = 7200.0) -> Scenario:
+    """One slow-but-alive job (15 minutes by default) whose worker keeps its heartbeat going."""
+    return Scenario(name="slow-alive", workers=workers, jobs=1, duration=Fixed(duration), horizon=horizon)
+
+
+def fast_dead(
+    die_after: float | Distribution = 1.0, duration: float = 60.0, workers: int = 2, horizon: float = 7200.0
+) -> Scenario:
+    """The worker that takes the job dies `die_after` seconds into it; another worker is alive to recover it."""
+    return Scenario(
+        name="fast-dead",
+        workers=workers,
+        jobs=1,
+        duration=Fixed(duration),
+        faults=(Crash(job=0, after=die_after),),
+        horizon=horizon,
+    )
+
+
+def frozen(
+    freeze_for: float | Distribution = 45.0,
+    freeze_after: float | Distribution = 5.0,
+    duration: float = 120.0,
+    workers: int = 2,
+    horizon: float = 7200.0,
+) -> Scenario:
+    """A stop-the-world pause of `freeze_for` seconds, `freeze_after` seconds into the job; then it resumes."""
+    return Scenario(
+        name="frozen",
+        workers=workers,
+        jobs=1,
+        duration=Fixed(duration),
+        faults=(Freeze(job=0, after=freeze_after, duration=freeze_for),),
+        horizon=horizon,
+    )
+
+
+def flaky_network(
+    loss: float = 0.3, jobs: int = 20, duration: float = 300.0, workers: int = 4, horizon: float = 7200.0
+) -> Scenario:
+    """Renewals lost with probability `loss`; nobody dies, so every reclaim is a false one."""
+    return Scenario(
+        name="flaky-network",
+        workers=workers,
+        jobs=jobs,
+        duration=Fixed(duration),
+        network=Network(loss=loss),
+        horizon=horizon,
+    )
+
+
+def production(
+    workers: int = 8,
+    concurrency: int = 4,
+    jobs: int = 400,
+    arrival_rate: float = 0.5,
+    median_duration: float = 20.0,
+    sigma: float = 1.5,
+    crash_rate: float = 2.0,
+    freeze_rate: float = 6.0,
+    freeze_median: float = 0.5,
+    horizon: float = 7200.0,
+) -> Scenario:
+    """Many workers with concurrency, heavy-tailed durations, crashes with restarts, GC-style freezes and
+    network jitter: where both failure modes of the timeout meet."""
+    return Scenario(
+        name="production",
+        workers=workers,
+        concurrency=concurrency,
+        jobs=jobs,
+        arrival_rate=arrival_rate,
+        duration=LogNormal(median_duration, sigma),
+        random_faults=RandomFaults(
+            crash_rate=crash_rate,
+            restart_after=5.0,
+            freeze_rate=freeze_rate,
+            freeze_duration=LogNormal(freeze_median, 1.0),
+        ),
+        network=Network(rtt=LogNormal(0.002, 0.5)),
+        horizon=horizon,
+    )
+
+
+STANDARD: dict[str, Callable[..., Scenario]] = {
+    "slow-alive": slow_alive,
+    "fast-dead": fast_dead,
+    "frozen": frozen,
+    "flaky-network": flaky_network,
+    "production": production,
+}
+
+
+def standard(name: str, **knobs: Any) -> Scenario:
+    """A standard scenario by name, with knobs overriding its defaults."""
+    try:
+        factory = STANDARD[name]
+    except KeyError:
+        raise ConfigError(f"unknown scenario {name!r}; choose one of: {', '.join(STANDARD)}") from None
+    try:
+        return factory(**knobs)
+    except TypeError as exc:
+        raise ConfigError(f"scenario {name!r}: {exc}") from None

@@ -1,0 +1,206 @@
+"""The simulated Redis: one key store, the queue's atomic operations, and the network between it and clients.
+
+A client's request travels half a round trip, runs atomically at Redis's clock (like a Lua script), and the
+reply travels back. Requests that reach Redis in the same millisecond run in the order they were sent (SimPy
+processes equal-time events first in, first out). A blocking take (BLMOVE) that finds `wait` empty parks the
+client, and Redis serves parked clients first come, first served as jobs are pushed, as real Redis does; a
+crashed client's connection is closed, so it is never served.
+
+Everything a server-side step does to a job's attempt or lock is recorded here, at server time.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from emqsim.keys import QueueKeys
+from emqsim.policies import ReclaimPolicy
+from emqsim.protocol import FinishReply, Queue, SweepReply
+from emqsim.records import Attempt, LockEvent, SweepEvent
+from emqsim.store import KeyStore
+
+if TYPE_CHECKING:
+    from emqsim.worker import Client, Worker
+
+LOST = object()  # a reply that never came: the request was lost on the way
+
+
+class Server:
+    """Redis plus the bookkeeping that turns its steps into records."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        policy: ReclaimPolicy,
+        keys: QueueKeys,
+        store_rng: Any,
+        record_locks: bool = True,
+    ) -> None:
+        self.env = env
+        self.policy = policy
+        self.keys = keys
+        self.store = KeyStore(lambda: int(env.now), rng=store_rng, on_evict=self._on_evict)
+        self.queue = Queue(self.store, keys)
+        self.record_locks = record_locks
+        self.attempts: list[Attempt] = []
+        self.open_attempts: dict[str, Attempt] = {}  # job -> its current attempt, while the job is active
+        self.attempt_counts: dict[str, int] = {}
+        self.lock_events: list[LockEvent] = []
+        self.sweeps: list[SweepEvent] = []
+        self.requests: dict[str, int] = {}
+        self.blocked: deque[tuple[Client, str, simpy.Event, int]] = deque()
+        self.work_of: dict[str, float] = {}
+        self.settled = 0  # jobs that reached completed or failed
+        self.on_settle: Callable[[], None] = lambda: None
+        self.resident_peak = 0
+
+    # -- transport ---------------------------------------------------------------------------------------
+    def send(
+        self, client: Client, kind: str, op: Callable[[int], Any], rtt_ms: int, lost: bool
+    ) -> simpy.Event:
+        """Send a request; the returned event fires with the reply when it gets back to the client."""
+        self.requests[kind] = self.requests.get(kind, 0) + 1
+        reply = self.env.event()
+        if lost:
+            return reply  # the client times out on its own
+        out_ms = rtt_ms // 2
+        back_ms = rtt_ms - out_ms
+
+        def arrive(_: simpy.Event) -> None:
+            result = op(int(self.env.now))
+            self._reply(reply, result, back_ms)
+
+        self.env.timeout(out_ms).callbacks.append(arrive)
+        return reply
+
+    def _reply(self, reply: simpy.Event, result: Any, back_ms: int) -> None:
+        self.env.timeout(back_ms).callbacks.append(lambda _: reply.succeed(result))
+
+    def send_take(self, worker: Worker, token: str, rtt_ms: int, lost: bool) -> simpy.Event:
+        """BLMOVE-style take: served now if `wait` has a job, else parked until one arrives."""
+        self.requests["take"] = self.requests.get("take", 0) + 1
+        reply = self.env.event()
+        if lost:
+            return reply
+        out_ms = rtt_ms // 2
+        back_ms = rtt_ms - out_ms
+
+        def arrive(_: simpy.Event) -> None:
+            if not worker.connected:
+                return
+            job_id = self._take(worker, token, int(self.env.now))
+            if job_id is None:
+                self.blocked.append((worker, token, reply, back_ms))
+            else:
+                self._reply(reply, job_id, back_ms)
+
+        self.env.timeout(out_ms).callbacks.append(arrive)
+        return reply
+
+    def serve_blocked(self) -> None:
+        """Hand newly pushed jobs to parked takers, first come first served (skipping closed connections)."""
+        now = int(self.env.now)
+        while self.blocked and self.store.execute("LLEN", self.keys.wait) > 0:
+            worker, token, reply, back_ms = self.blocked.popleft()
+            if not worker.connected:
+                continue
+            job_id = self._take(worker, token, now)
+            self._reply(reply, job_id, back_ms)
+
+    # -- server-side steps -------------------------------------------------------------------------------
+    def add_job(self, job_id: str, work: float) -> None:
+        self.work_of[job_id] = work
+        self.queue.add(job_id)
+        self.serve_blocked()
+
+    def _take(self, worker: Worker, token: str, now: int) -> str | None:
+        job_id = self.policy.take(self.queue, token, now)
+        if job_id is None:
+            return None
+        n = self.attempt_counts.get(job_id, 0) + 1
+        self.attempt_counts[job_id] = n
+        attempt = Attempt(job_id, n, worker.wid, token, self.work_of[job_id], taken_at=now / 1000)
+        if not worker.alive_or_frozen:
+            attempt.died_at = attempt.taken_at  # taken by a request sent just before its worker crashed
+        self.attempts.append(attempt)
+        self.open_attempts[job_id] = attempt
+        worker.on_taken(job_id, attempt)
+        if self.record_locks and (self.policy.renewal is not None or self.policy.fenced):
+            self._lock_event(now, job_id, token, "set")
+        return job_id
+
+    def renew(self, held: list[tuple[str, str]], now: int) -> list[str]:
+        failed = self.policy.renew(self.queue, held, now)
+        if self.record_locks:
+            failed_set = frozenset(failed)
+            for job_id, token in held:
+                self._lock_event(now, job_id, token, "renew_failed" if job_id in failed_set else "renewed")
+        return failed
+
+    def finish(self, attempt: Attempt, now: int) -> FinishReply:
+        reply = self.policy.finish(self.queue, attempt.job, attempt.token, now)
+        attempt.finish_applied_at = now / 1000
+        attempt.finish_result = "accepted" if reply.accepted else reply.error
+        if reply.accepted:
+            if self.open_attempts.get(attempt.job) is attempt:
+                del self.open_attempts[attempt.job]
+            if self.record_locks and self.policy.fenced:
+                self._lock_event(now, attempt.job, attempt.token, "released")
+        if reply.was_active:
+            self.settled += 1
+            self.on_settle()
+        return reply
+
+    def sweep(self, by: str, now: int) -> SweepReply:
+        reply = self.policy.sweep(self.queue, now)
+        self.sweeps.append(
+            SweepEvent(now / 1000, by, reply.skipped, reply.reclaimed, reply.failed, len(reply.marked))
+        )
+        for job_id in reply.reclaimed:
+            self._reclaimed(job_id, by, now, failed=False)
+        for job_id in reply.failed:
+            self._reclaimed(job_id, by, now, failed=True)
+        if reply.failed:
+            self.settled += len(reply.failed)
+            self.on_settle()
+        if reply.reclaimed:
+            self.serve_blocked()
+        return reply
+
+    def _reclaimed(self, job_id: str, by: str, now: int, failed: bool) -> None:
+        attempt = self.open_attempts.pop(job_id, None)
+        if attempt is None:
+            return
+        if failed:
+            attempt.failed_at = now / 1000
+        else:
+            attempt.reclaimed_at = now / 1000
+        attempt.reclaimed_by = by
+        attempt.worker_state_at_reclaim = self.worker_state(attempt.worker)
+        if self.record_locks and self.policy.fenced and self.policy.renewal is None:
+            self._lock_event(now, job_id, attempt.token, "deleted")
+
+    def worker_state(self, wid: int) -> str:  # replaced by the engine with a lookup of live workers
+        raise NotImplementedError
+
+    # -- records -----------------------------------------------------------------------------------------
+    def _lock_event(self, now: int, job_id: str, token: str | None, kind: str) -> None:
+        expires = self.store.expire_at(self.keys.lock(job_id)) if kind in ("set", "renewed") else None
+        self.lock_events.append(
+            LockEvent(now / 1000, job_id, token, kind, None if expires is None else expires / 1000)
+        )
+
+    def _on_evict(self, key: str, now: int, how: str) -> None:
+        if not self.record_locks:
+            return
+        job_id = self.keys.job_id_of_lock(key)
+        if job_id is not None:
+            self.lock_events.append(LockEvent(now / 1000, job_id, None, "evicted", None, how))
+
+    def active_expire(self) -> None:
+        self.resident_peak = max(self.resident_peak, self.store.resident_keys())
+        self.store.active_expire_cycle()

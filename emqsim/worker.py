@@ -1,0 +1,277 @@
+"""Simulated workers: a fetch loop per concurrency slot, one lock-manager timer, a sweep timer, and faults.
+
+States: alive, frozen (stop-the-world: nothing advances, timers that came due fire on resume, work resumes
+where it stopped), dead (never acts again; its connection is closed). Requests already on the wire when a
+worker freezes or dies still reach Redis: the network does not know the sender stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import simpy
+
+from emqsim.records import Attempt, WorkerEvent
+from emqsim.server import LOST
+from emqsim.units import to_ms
+
+if TYPE_CHECKING:
+    from emqsim.engine import Simulation
+
+ALIVE, FROZEN, DEAD = "alive", "frozen", "dead"
+Proc = Generator[simpy.Event, Any, Any]
+
+
+class Client:
+    """Something that talks to Redis over the simulated network (a worker or the reaper)."""
+
+    wid: int
+    state: str = ALIVE
+
+    def __init__(self, sim: Simulation, net_rng: np.random.Generator) -> None:
+        self.sim = sim
+        self.env = sim.env
+        self.net_rng = net_rng
+        network = sim.scenario.network
+        self._rtt = network.rtt
+        self._loss = network.loss
+        self._loss_all = network.loss_on == "all"
+        self._timeout_ms = to_ms(network.command_timeout)
+
+    @property
+    def connected(self) -> bool:
+        return self.state != DEAD
+
+    @property
+    def alive_or_frozen(self) -> bool:
+        return self.state != DEAD
+
+    def _rtt_ms(self) -> int:
+        return max(1, to_ms(float(self._rtt.sample(self.net_rng, 1)[0])))
+
+    def _lost(self, kind: str) -> bool:
+        if self._loss <= 0 or not (self._loss_all or kind == "renew"):
+            return False
+        return bool(self.net_rng.random() < self._loss)
+
+    def settle(self) -> Proc:
+        """Wait out a freeze; True if the client may go on, False if it died."""
+        while self.state == FROZEN:
+            yield self.resume_event
+        return self.state != DEAD
+
+    def request(self, kind: str, op: Callable[[int], Any], retry: bool = True) -> Proc:
+        """One round trip; returns the reply, or LOST (renewals are not retried), or None if the client died."""
+        while True:
+            lost = self._lost(kind)
+            reply = self.sim.server.send(self, kind, op, self._rtt_ms(), lost)
+            if lost:
+                yield self.env.timeout(self._timeout_ms)
+            else:
+                result = yield reply
+            if not (yield from self.settle()):
+                return None
+            if not lost:
+                return result
+            if not retry:
+                return LOST
+
+    def sweeper(self, first_ms: int) -> Proc:
+        """Run the policy's sweep on a timer: once at `first_ms`, then every interval after each run."""
+        server = self.sim.server
+        by = self.label
+        yield self.env.timeout(first_ms)
+        while True:
+            if not (yield from self.settle()):
+                return
+            yield from self.request("sweep", lambda now: server.sweep(by, now))
+            if self.state == DEAD:
+                return
+            yield self.env.timeout(self.sim.policy.sweep_interval_ms)
+
+    @property
+    def label(self) -> str:
+        return f"worker {self.wid}"
+
+
+class Reaper(Client):
+    """A dedicated sweeper process that never fails (the usual home of the timeout reaper)."""
+
+    wid = -1
+    resume_event = None
+
+    @property
+    def label(self) -> str:
+        return "reaper"
+
+
+class Held:
+    """A job the lock manager tracks: its token and the time of its last renewal (`ts`)."""
+
+    __slots__ = ("token", "ts", "attempt")
+
+    def __init__(self, token: str, ts: int, attempt: Attempt) -> None:
+        self.token = token
+        self.ts = ts
+        self.attempt = attempt
+
+
+class Worker(Client):
+    """One worker process with `concurrency` slots."""
+
+    def __init__(self, sim: Simulation, wid: int, net_rng: np.random.Generator) -> None:
+        super().__init__(sim, net_rng)
+        self.wid = wid
+        self.state = ALIVE
+        self.resume_event: simpy.Event | None = None
+        self.frozen_ms = 0  # total time spent frozen, up to the last resume
+        self.frozen_since: int | None = None
+        self.running: dict[str, Attempt] = {}  # taken at Redis, not yet finished from the worker's view
+        self.held: dict[str, Held] = {}  # tracked by the lock manager
+        self.started_ms: dict[str, tuple[int, int]] = {}  # job -> (start time, frozen_total at start)
+        self.takes = 0
+        self.restart_after_ms: int | None = None
+
+    # -- state changes -----------------------------------------------------------------------------------
+    def _event(self, kind: str, detail: str = "") -> None:
+        self.sim.worker_events.append(WorkerEvent(self.env.now / 1000, self.wid, kind, detail))
+
+    def freeze(self, duration_ms: int) -> Proc:
+        if self.state != ALIVE:
+            return
+        self.state = FROZEN
+        self.frozen_since = int(self.env.now)
+        self.resume_event = self.env.event()
+        self._event("freeze", f"{duration_ms / 1000:g} s")
+        yield self.env.timeout(duration_ms)
+        if self.state != FROZEN:
+            return
+        self.state = ALIVE
+        self.frozen_ms += int(self.env.now) - self.frozen_since
+        self.frozen_since = None
+        self._event("resume")
+        self.resume_event.succeed()
+
+    def crash(self) -> None:
+        if self.state == DEAD:
+            return
+        self.state = DEAD
+        now = self.env.now / 1000
+        self._event("crash")
+        for job_id, attempt in self.running.items():
+            if attempt.died_at is None and attempt.finish_applied_at is None:
+                attempt.died_at = now
+            start = self.started_ms.get(job_id)
+            if start is not None:
+                ran = int(self.env.now) - start[0] - (self.frozen_total() - start[1])
+                attempt.work_done = min(attempt.work, max(0, ran) / 1000)
+        self.sim.attempts_stopped(len(self.running))
+        self.running.clear()
+        self.held.clear()
+        if self.resume_event is not None and not self.resume_event.triggered:
+            self.resume_event.succeed()
+        self.sim.worker_crashed(self)
+
+    def frozen_total(self) -> int:
+        ongoing = int(self.env.now) - self.frozen_since if self.frozen_since is not None else 0
+        return self.frozen_ms + ongoing
+
+    # -- called by the server when a take of ours is executed ---------------------------------------------
+    def on_taken(self, job_id: str, attempt: Attempt) -> None:
+        if self.state != DEAD:
+            self.running[job_id] = attempt
+            self.sim.attempts_started(1)
+
+    # -- processes ---------------------------------------------------------------------------------------
+    def slot(self) -> Proc:
+        """Fetch a job, work on it, finish it; forever."""
+        server = self.sim.server
+        policy = self.sim.policy
+        while True:
+            if not (yield from self.settle()):
+                return
+            self.takes += 1
+            token = f"{self.wid}:{self.takes}"
+            lost = self._lost("take")
+            reply = server.send_take(self, token, self._rtt_ms(), lost)
+            if lost:
+                yield self.env.timeout(self._timeout_ms)
+                continue
+            job_id = yield reply
+            if not (yield from self.settle()):
+                return
+            attempt = self.running[job_id]
+            now = int(self.env.now)
+            attempt.started_at = now / 1000
+            self.held[job_id] = Held(token, now, attempt)
+            self.started_ms[job_id] = (now, self.frozen_total())
+            if policy.renewal is not None and policy.renewal.per_job:
+                self.env.process(self.job_renewer(job_id))
+            self.sim.job_started(self, attempt)
+            # Work: progress stops while frozen.
+            remaining = to_ms(attempt.work)
+            while remaining > 0:
+                t0, f0 = int(self.env.now), self.frozen_total()
+                yield self.env.timeout(remaining)
+                if not (yield from self.settle()):
+                    return
+                remaining -= (int(self.env.now) - t0) - (self.frozen_total() - f0)
+            attempt.finished_at = self.env.now / 1000
+            reply = yield from self.request("finish", lambda now, a=attempt: server.finish(a, now))
+            if reply is None:
+                return
+            self.held.pop(job_id, None)
+            self.running.pop(job_id, None)
+            self.started_ms.pop(job_id, None)
+            self.sim.attempts_stopped(1)
+
+    def lock_manager(self, first_ms: int) -> Proc:
+        """ONE timer renews every due lease of this worker in ONE batched round trip."""
+        rule = self.sim.policy.renewal
+        server = self.sim.server
+        yield self.env.timeout(first_ms)
+        next_tick = int(self.env.now)
+        while True:
+            if not (yield from self.settle()):
+                return
+            now = int(self.env.now)
+            due = [(job_id, h.token) for job_id, h in self.held.items() if rule.due(now, h.ts)]
+            if due:
+                for job_id, _ in due:
+                    self.held[job_id].ts = now
+                failed = yield from self.request("renew", lambda t, d=due: server.renew(d, t), retry=False)
+                if failed is None:
+                    return
+                if failed is not LOST:
+                    for job_id in failed:
+                        self.held.pop(job_id, None)  # lockRenewalFailed: stop renewing a lost lock
+            if rule.after_reply:
+                yield self.env.timeout(rule.tick_ms)
+            else:
+                next_tick += rule.tick_ms
+                yield self.env.timeout(max(0, next_tick - int(self.env.now)))
+
+    def job_renewer(self, job_id: str) -> Proc:
+        """The naive variant: one timer and one round trip per job."""
+        rule = self.sim.policy.renewal
+        server = self.sim.server
+        while True:
+            yield self.env.timeout(rule.tick_ms)
+            if not (yield from self.settle()):
+                return
+            held = self.held.get(job_id)
+            if held is None:
+                return
+            now = int(self.env.now)
+            if not rule.due(now, held.ts):
+                continue
+            held.ts = now
+            item = [(job_id, held.token)]
+            failed = yield from self.request("renew", lambda t, d=item: server.renew(d, t), retry=False)
+            if failed is None:
+                return
+            if failed is not LOST and failed:
+                self.held.pop(job_id, None)
+                return
