@@ -55,7 +55,9 @@ class RenewalRule:
 
     @classmethod
     def every(cls, beat: float, **kw: Any) -> RenewalRule:
-        """Renew every held job on each beat (the seed's 'lease 30 s renewed every 10 s')."""
+        """Renew every held job on each beat, at a fixed rate (EchoMQ's interval timer: 'lease 30 s renewed
+        every 10 s; two missed renewals still leave the lock alive, three lapse it')."""
+        kw.setdefault("after_reply", False)
         return cls(tick_ms=to_ms(beat), min_age_ms=0, **kw)
 
     @classmethod
