@@ -1,0 +1,160 @@
+"""Real systems' defaults as ready-made policies, each with its source (see docs/presets.md).
+
+Overrides keep a system's derived rules: `preset("bullmq", lease=2)` keeps renew = lock/2, tick = renew/2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from emqsim.errors import ConfigError
+from emqsim.policies import LeasePolicy, ReclaimPolicy, RenewalRule, TimeoutPolicy
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A real system's reclaim mechanism and defaults, with where they come from."""
+
+    name: str
+    system: str
+    mechanism: str
+    defaults: dict[str, float | int | None]
+    source: str
+    description: str
+    build: Callable[..., ReclaimPolicy]
+
+    def policy(self, **overrides: Any) -> ReclaimPolicy:
+        unknown = sorted(set(overrides) - set(self.defaults))
+        if unknown:
+            raise ConfigError(
+                f"preset {self.name!r} has no setting {', '.join(unknown)}; it takes: {', '.join(self.defaults)}"
+            )
+        settings = {**self.defaults, **{k: v for k, v in overrides.items() if v is not None}}
+        return self.build(name=self.name, **settings)
+
+
+def _bullmq(name: str, lease: float, scan: float, max_stalled: int) -> ReclaimPolicy:
+    rule = RenewalRule.bullmq(lease)  # lockRenewTime = lockDuration/2, tick = lockRenewTime/2
+    return LeasePolicy(
+        lease=lease,
+        beat=rule.tick_ms / 1000,
+        scan=scan,
+        two_phase=True,
+        max_stalled=max_stalled,
+        swept_by="workers",
+        renewal=rule,
+        name=name,
+    )
+
+
+def _echomq(name: str, lease: float, beat: float, scan: float) -> ReclaimPolicy:
+    return LeasePolicy(lease=lease, beat=beat, scan=scan, two_phase=True, max_stalled=1, name=name)
+
+
+def _timeout(name: str, timeout: float, scan: float) -> ReclaimPolicy:
+    return TimeoutPolicy(timeout=timeout, scan=scan, fenced=False, name=name)
+
+
+def _k8s(name: str, lease: float, beat: float, scan: float) -> ReclaimPolicy:
+    # The node controller checks every monitor period and acts on a lease that is older than the grace
+    # period: one pass, no marking round, a dedicated controller (never one of the nodes).
+    return LeasePolicy(
+        lease=lease, beat=beat, scan=scan, two_phase=False, max_stalled=None, swept_by="reaper", name=name
+    )
+
+
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset(
+            "bullmq",
+            "BullMQ 6",
+            "lease + heartbeat, two-phase stalled sweep run by every worker",
+            {"lease": 30.0, "scan": 30.0, "max_stalled": 1},
+            "npm bullmq 6: classes/worker.js, classes/lock-manager.js, commands/moveStalledJobsToWait-9.lua",
+            "lockDuration 30 s, lockRenewTime = lockDuration/2, LockManager tick = lockRenewTime/2 with the "
+            "strict `ts + renew/2 < now` rule, stalledInterval 30 s, maxStalledCount 1",
+            _bullmq,
+        ),
+        Preset(
+            "echomq",
+            "EchoMQ (seed)",
+            "lease + heartbeat, BullMQ's protocol under `emq:{queue}:` keys",
+            {"lease": 30.0, "beat": 10.0, "scan": 5.0},
+            "seed document 'Lock-expiry detection'",
+            "lease 30 s renewed every 10 s: two missed renewals still leave the lock alive, three lapse it",
+            _echomq,
+        ),
+        Preset(
+            "celery-redis",
+            "Celery + Redis broker",
+            "fixed visibility timeout from delivery, no extension",
+            {"timeout": 3600.0, "scan": 100.0},
+            "Celery docs 'Using Redis' (visibility_timeout); kombu transport/redis.py (restore about every 100 s)",
+            "visibility_timeout 1 h; unacked messages restored about every 100 s; acks_late off",
+            _timeout,
+        ),
+        Preset(
+            "sqs",
+            "Amazon SQS",
+            "visibility timeout (no ChangeMessageVisibility heartbeat)",
+            {"timeout": 30.0, "scan": 1.0},
+            "SQS API reference: VisibilityTimeout default 30 s; ChangeMessageVisibility",
+            "VisibilityTimeout 30 s enforced by a server-side timer (modelled as a scan every second)",
+            _timeout,
+        ),
+        Preset(
+            "faktory",
+            "Faktory",
+            "fixed reservation per fetch, not extendable in the OSS server",
+            {"timeout": 1800.0, "scan": 15.0},
+            "Faktory manager/working.go: reserve_for default 1800 s, reaper every 15 s",
+            "reserve_for 30 min, reservation reaper every 15 s",
+            _timeout,
+        ),
+        Preset(
+            "oban-lifeline",
+            "Oban Lifeline",
+            "rescue jobs executing longer than a fixed age",
+            {"timeout": 3600.0, "scan": 60.0},
+            "Oban.Plugins.Lifeline docs: rescue_after 60 min, interval 60 s",
+            "rescue_after 60 min, checked every 60 s",
+            _timeout,
+        ),
+        Preset(
+            "k8s-node-lease",
+            "Kubernetes node lease",
+            "lease + heartbeat, checked by the node controller",
+            {"lease": 40.0, "beat": 10.0, "scan": 5.0},
+            "Kubernetes docs 'Nodes' and 'Leases': lease 40 s renewed every 10 s, node-monitor-period 5 s",
+            "lease 40 s renewed every 10 s, node monitor period 5 s, grace period 40 s",
+            _k8s,
+        ),
+    )
+}
+
+
+def preset(name: str, **overrides: Any) -> ReclaimPolicy:
+    """The policy a real system ships with, optionally with some settings changed."""
+    try:
+        chosen = PRESETS[name]
+    except KeyError:
+        raise ConfigError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}") from None
+    return chosen.policy(**overrides)
+
+
+def presets_table() -> list[dict[str, Any]]:
+    """One row per preset: name, system, mechanism, defaults, source."""
+    return [
+        {
+            "name": p.name,
+            "system": p.system,
+            "mechanism": p.mechanism,
+            **{k: v for k, v in p.defaults.items()},
+            "description": p.description,
+            "source": p.source,
+        }
+        for p in PRESETS.values()
+    ]
