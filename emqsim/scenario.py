@@ -108,7 +108,7 @@ def frozen(
 
 
 def flaky_network(
-    loss: float = 0.3, jobs: int = 20, duration: float = 300.0, workers: int = 4, horizon: float = 7200.0
+    loss: float = 0.2, jobs: int = 20, duration: float = 300.0, workers: int = 4, horizon: float = 7200.0
 ) -> Scenario:
     """Renewals lost with probability `loss`; nobody dies, so every reclaim is a false one."""
     return Scenario(

@@ -99,9 +99,9 @@ def _upper(s: str) -> str:
     return s.upper() if s.isascii() else s
 
 
-def _c_str(s: str) -> str:
-    """What C's ``%s`` prints of an argument: everything up to the first NUL."""
-    return s.split("\0", 1)[0] if "\0" in s else s
+def _c_bytes(s: str) -> bytes:
+    """What C's ``%s`` prints of an argument, as bytes (Redis cuts at byte counts): up to the first NUL."""
+    return s.encode("utf-8", "surrogateescape").split(b"\0", 1)[0]
 
 
 def _no_newlines(msg: str) -> str:
@@ -298,6 +298,13 @@ class KeyStore:
             raise ValueError("execute() needs at least a command name")
         argv = [a if type(a) is str else _arg(a) for a in args]
         name = argv[0]
+        if not name.isalpha():  # redis-py splits the name on whitespace ("CONFIG GET" -> two arguments)
+            argv[:1] = [
+                w.decode("utf-8", "surrogateescape") for w in name.encode("utf-8", "surrogateescape").split()
+            ]
+            if not argv:
+                raise ValueError("execute() needs a non-blank command name")
+            name = argv[0]
         uname = name.upper() if name.isascii() else name
         self.command_counts[uname] += 1
         self._now = self._clock()
@@ -312,15 +319,14 @@ class KeyStore:
 
     @staticmethod
     def _unknown_command(argv: list[str]) -> str:
-        """Redis 7.0's text, including its 128-character cut of the quoted arguments."""
-        shown = ""
-        i = 1
-        while i < len(argv) and len(shown) < 128:
-            shown += "'" + _c_str(argv[i])[: 128 - len(shown)] + "' "
-            i += 1
-        return _no_newlines(
-            f"ERR unknown command '{_c_str(argv[0])[:128]}', with args beginning with: {shown}"
-        )
+        """Redis 7.0's text: the name cut to 128 bytes, then quoted arguments while under 128 bytes."""
+        shown = b""
+        for arg in argv[1:]:
+            if len(shown) >= 128:
+                break
+            shown += b"'" + _c_bytes(arg)[: 128 - len(shown)] + b"' "
+        text = b"ERR unknown command '%s', with args beginning with: %s" % (_c_bytes(argv[0])[:128], shown)
+        return _no_newlines(text.decode("utf-8", "surrogateescape"))
 
     # -- introspection (no side effects) -------------------------------------------------------------------
     def resident_keys(self) -> int:
@@ -593,8 +599,9 @@ class KeyStore:
             elif u == "LT":
                 lt = True
             else:
-                # addReplyErrorFormat trims trailing CR/LF, then maps the others to spaces
-                raise ResponseError(_no_newlines(f"ERR Unsupported option {_c_str(opt)}".rstrip("\r\n")))
+                # addReplyErrorFormat cuts at NUL (%s), trims trailing CR/LF, maps the others to spaces
+                shown = opt.split("\0", 1)[0]
+                raise ResponseError(_no_newlines(f"ERR Unsupported option {shown}".rstrip("\r\n")))
         if nx and (xx or gt or lt):
             raise ResponseError("ERR NX and XX, GT or LT options at the same time are not compatible")
         if gt and lt:
@@ -621,7 +628,7 @@ class KeyStore:
             return 0
         if lt and current is not None and when >= current:
             return 0
-        if when <= self._now:  # checkAlreadyExpired
+        if when < self._now:  # checkAlreadyExpired
             self._delete(key)
         else:
             self._set_expire(key, when)

@@ -161,7 +161,13 @@ class Worker(Client):
         now = self.env.now / 1000
         self._event("crash")
         for job_id, attempt in self.running.items():
-            if attempt.died_at is None and attempt.finish_applied_at is None:
+            # A dead worker holds this job hostage only if the job is still its own (not reclaimed already).
+            if (
+                attempt.died_at is None
+                and attempt.finish_applied_at is None
+                and attempt.reclaimed_at is None
+                and attempt.failed_at is None
+            ):
                 attempt.died_at = now
             start = self.started_ms.get(job_id)
             if start is not None:

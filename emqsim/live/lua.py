@@ -1,0 +1,107 @@
+"""The queue's Lua scripts on a real Redis: SCRIPT LOAD once, EVALSHA per call, raw replies.
+
+This module imports only the standard library and redis-py, because worker processes load it on their own
+(by file path, without importing the `emqsim` package and its numpy/scipy/simpy dependencies). The typed
+wrapper with `emqsim.protocol`'s reply classes is `emqsim.live.scripts.LuaQueue`.
+
+Every script mirrors one method of `emqsim.protocol.Queue` command for command and takes the current time
+as an argument (as BullMQ's scripts take the client's timestamp), so the same operation sequence gives the
+same keys on both; `tests/test_protocol_lua.py` checks that.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import redis
+
+HERE = Path(__file__).resolve().parent
+SCRIPT_NAMES = (
+    "add",
+    "take",
+    "extend_locks",
+    "finish",
+    "sweep_two_phase",
+    "sweep_single_phase",
+    "reap",
+)
+
+
+def script_source(name: str) -> str:
+    """The Lua text of one script (`emqsim/live/<name>.lua`)."""
+    return (HERE / f"{name}.lua").read_text()
+
+
+def key_names(base: str) -> dict[str, str]:
+    """The queue's key names from its base `emq:{queue}` (the same layout as `emqsim.keys.QueueKeys`)."""
+    return {
+        "prefix": base + ":",
+        "wait": f"{base}:wait",
+        "active": f"{base}:active",
+        "stalled": f"{base}:stalled",
+        "stalled_check": f"{base}:stalled-check",
+        "completed": f"{base}:completed",
+        "failed": f"{base}:failed",
+    }
+
+
+def _opt_int(value: int | None) -> str:
+    return "" if value is None else str(int(value))
+
+
+class RawScripts:
+    """The scripts loaded into one Redis, called by SHA with the queue's keys; replies as Redis sends them.
+
+    A NOSCRIPT reply (someone ran SCRIPT FLUSH, or Redis restarted) reloads the script and retries once.
+    """
+
+    def __init__(self, client: redis.Redis, keys: dict[str, str], shas: dict[str, str] | None = None) -> None:
+        self.client = client
+        self.k = keys
+        self.shas = dict(shas) if shas else {name: self._load(name) for name in SCRIPT_NAMES}
+
+    def _load(self, name: str) -> str:
+        return self.client.script_load(script_source(name))
+
+    def call(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        try:
+            return self.client.evalsha(self.shas[name], len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            self.shas[name] = self._load(name)
+            return self.client.evalsha(self.shas[name], len(keys), *keys, *args)
+
+    # One method per script, with protocol.Queue's arguments.
+    def add(self, job_id: str) -> Any:
+        return self.call("add", [self.k["wait"]], [self.k["prefix"], job_id])
+
+    def take(self, token: str, now_ms: int, lock_ms: int | None, set_lock: bool = True) -> str | None:
+        args = [self.k["prefix"], token, int(now_ms), _opt_int(lock_ms), "1" if set_lock else "0"]
+        return self.call("take", [self.k["wait"], self.k["active"]], args)
+
+    def extend_locks(self, held: list[tuple[str, str]], lock_ms: int, recreate_missing: bool = False) -> list:
+        args: list[Any] = [self.k["prefix"], int(lock_ms), "1" if recreate_missing else "0"]
+        for job_id, token in held:
+            args += [job_id, token]
+        return self.call("extend_locks", [self.k["stalled"]], args)
+
+    def finish(self, job_id: str, token: str, check_token: bool) -> list:
+        keys = [self.k["active"], self.k["stalled"], self.k["completed"]]
+        return self.call("finish", keys, [self.k["prefix"], job_id, token, "1" if check_token else "0"])
+
+    def sweep_two_phase(self, now_ms: int, interval_ms: int, max_stalled: int | None) -> list:
+        k = self.k
+        keys = [k["stalled_check"], k["stalled"], k["active"], k["wait"], k["failed"]]
+        args = [k["prefix"], int(now_ms), int(interval_ms), _opt_int(max_stalled)]
+        return self.call("sweep_two_phase", keys, args)
+
+    def sweep_single_phase(self, now_ms: int, interval_ms: int, max_stalled: int | None) -> list:
+        k = self.k
+        keys = [k["stalled_check"], k["active"], k["wait"], k["failed"]]
+        args = [k["prefix"], int(now_ms), int(interval_ms), _opt_int(max_stalled)]
+        return self.call("sweep_single_phase", keys, args)
+
+    def reap(self, now_ms: int, timeout_ms: int, max_stalled: int | None = None) -> list:
+        k = self.k
+        args = [k["prefix"], int(now_ms), int(timeout_ms), _opt_int(max_stalled)]
+        return self.call("reap", [k["active"], k["wait"], k["failed"]], args)

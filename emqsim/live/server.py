@@ -1,0 +1,185 @@
+"""Where a live run's Redis comes from: a private throwaway `redis-server`, or the user's, checked first.
+
+A private server listens only on a unix socket in a temporary directory, persists nothing, and is stopped
+(and its directory removed) when the run ends. A user's Redis (`redis_url`) is used only if it holds no
+key outside the run's own prefix, unless the caller allows sharing; the run deletes its own keys after.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+from emqsim.errors import ConfigError
+
+INSTALL_HINT = "redis-server was not found on PATH; install it with `apt-get install redis-server`"
+MIN_VERSION = (6, 2)  # LMOVE
+
+
+def redis_server_path() -> str | None:
+    """The redis-server binary, or None (`EMQSIM_REDIS_SERVER` overrides the PATH lookup)."""
+    return os.environ.get("EMQSIM_REDIS_SERVER") or shutil.which("redis-server")
+
+
+class PrivateRedis:
+    """A redis-server on a unix socket in its own temporary directory; `stop()` kills it and cleans up."""
+
+    def __init__(self, *extra_args: str) -> None:
+        binary = redis_server_path()
+        if binary is None:
+            raise ConfigError(INSTALL_HINT)
+        self.binary = binary
+        self.extra_args = extra_args
+        self.workdir: Path | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def socket_path(self) -> str:
+        assert self.workdir is not None
+        return str(self.workdir / "redis.sock")
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.socket_path}"
+
+    def start(self, timeout: float = 15.0) -> PrivateRedis:
+        """Start the server and wait until it answers PING."""
+        self.workdir = Path(tempfile.mkdtemp(prefix="emqsim-live-"))
+        cmd = [
+            self.binary,
+            "--port", "0",
+            "--unixsocket", self.socket_path,
+            "--unixsocketperm", "700",
+            "--save", "",
+            "--appendonly", "no",
+            "--daemonize", "no",
+            "--dir", str(self.workdir),
+            "--logfile", str(self.workdir / "redis.log"),
+            *self.extra_args,
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        deadline = time.monotonic() + timeout
+        probe = redis.Redis(unix_socket_path=self.socket_path, socket_connect_timeout=1.0)
+        try:
+            while True:
+                if self.proc.poll() is not None:
+                    log = self._log_tail()
+                    self.stop()
+                    raise RuntimeError(f"redis-server exited at start:\n{log}")
+                try:
+                    if probe.ping():
+                        return self
+                except (redis.ConnectionError, redis.BusyLoadingError, FileNotFoundError):
+                    pass
+                if time.monotonic() > deadline:
+                    log = self._log_tail()
+                    self.stop()
+                    raise RuntimeError(f"redis-server did not answer within {timeout} s:\n{log}")
+                time.sleep(0.01)
+        finally:
+            probe.close()
+
+    def client(self, **kwargs: object) -> redis.Redis:
+        return redis.Redis(unix_socket_path=self.socket_path, decode_responses=True, **kwargs)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        """SIGTERM, SIGKILL after 5 s; then remove the temporary directory."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            assert self.workdir is not None
+            return "\n".join((self.workdir / "redis.log").read_text(errors="replace").splitlines()[-lines:])
+        except (OSError, AssertionError):
+            return "(no log)"
+
+    def __enter__(self) -> PrivateRedis:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def connect(url: str) -> redis.Redis:
+    """A decoded client for `url` (redis://, rediss://, unix://), checked with PING and a version check."""
+    try:
+        client = redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=5.0)
+    except ValueError as exc:
+        raise ConfigError(f"bad Redis URL {url!r}: {exc}") from None
+    try:
+        client.ping()
+        version = str(client.info("server").get("redis_version", "0"))
+    except redis.RedisError as exc:
+        client.close()
+        raise ConfigError(f"cannot use Redis at {url}: {str(exc).splitlines()[0]}") from None
+    parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    if parts < MIN_VERSION:
+        client.close()
+        raise ConfigError(f"Redis at {url} is {version}; live mode needs Redis >= 6.2 (LMOVE)")
+    return client
+
+
+def glob_escape(text: str) -> str:
+    """Escape Redis glob characters so a key prefix matches literally in SCAN MATCH."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+def foreign_keys(client: redis.Redis, prefix: str, limit: int = 3) -> tuple[int, list[str]]:
+    """How many keys of the selected database lie outside `prefix` (counting stops early), and examples."""
+    if client.dbsize() == 0:
+        return 0, []
+    count, examples = 0, []
+    for key in client.scan_iter(count=1000):
+        if not key.startswith(prefix):
+            count += 1
+            if len(examples) < limit:
+                examples.append(key)
+            if count >= 1000:
+                break
+    return count, examples
+
+
+def check_no_foreign_keys(client: redis.Redis, prefix: str, url: str) -> None:
+    """Refuse (ConfigError) to run against a Redis that holds keys outside the run's prefix."""
+    count, examples = foreign_keys(client, prefix)
+    if count:
+        shown = ", ".join(repr(k) for k in examples)
+        more = "+" if count >= 1000 else ""
+        raise ConfigError(
+            f"Redis at {url} holds {count}{more} key(s) outside this run's prefix {prefix!r} (e.g. {shown}); "
+            "use an empty database (e.g. redis://host:6379/15) or pass --allow-foreign-keys "
+            "(allow_foreign_keys=True) to share it: the run only writes and deletes keys under its prefix"
+        )
+
+
+def delete_prefix(client: redis.Redis, prefix: str) -> int:
+    """Delete every key under `prefix` (SCAN MATCH + UNLINK); returns how many were deleted."""
+    deleted = 0
+    batch: list[str] = []
+    for key in client.scan_iter(match=glob_escape(prefix) + "*", count=1000):
+        batch.append(key)
+        if len(batch) >= 500:
+            deleted += client.unlink(*batch)
+            batch.clear()
+    if batch:
+        deleted += client.unlink(*batch)
+    return deleted
