@@ -172,7 +172,7 @@ class Simulation:
             self.server.active_expire()
 
     def _start_worker(self, wid: int, restarted: bool = False) -> Worker:
-        worker = Worker(self, wid, self._rng("network", wid))
+        worker = Worker(self, wid, self._rng("network", wid), self._rng("network", wid, 1))
         self.workers[wid] = worker
         worker._event("restart" if restarted else "start")
         phases = self._rng("phases", wid + 1)
@@ -217,7 +217,7 @@ class Simulation:
         for wid in range(scenario.workers):
             self._start_worker(wid)
         if self.policy.swept_by == "reaper":
-            reaper = Reaper(self, self._rng("network", 10**9))
+            reaper = Reaper(self, self._rng("network", 10**9), self._rng("network", 10**9, 1))
             phases = self._rng("phases", 0)
             first = (
                 0 if scenario.phases == "aligned" else int(phases.integers(0, self.policy.sweep_interval_ms))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import simpy
 
+from emqsim.distributions import Fixed
 from emqsim.records import Attempt, WorkerEvent
 from emqsim.server import LOST
 from emqsim.units import to_ms
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from emqsim.engine import Simulation
 
 ALIVE, FROZEN, DEAD = "alive", "frozen", "dead"
+RTT_BLOCK = 256  # round trips drawn at once (a fixed block size keeps the draws reproducible)
 Proc = Generator[simpy.Event, Any, Any]
 
 
@@ -30,12 +32,15 @@ class Client:
     wid: int
     state: str = ALIVE
 
-    def __init__(self, sim: Simulation, net_rng: np.random.Generator) -> None:
+    def __init__(self, sim: Simulation, net_rng: np.random.Generator, loss_rng: np.random.Generator) -> None:
         self.sim = sim
         self.env = sim.env
         self.net_rng = net_rng
+        self.loss_rng = loss_rng
         network = sim.scenario.network
         self._rtt = network.rtt
+        self._fixed_rtt_ms = max(1, to_ms(network.rtt.value)) if isinstance(network.rtt, Fixed) else None
+        self._rtt_block: list[int] = []
         self._loss = network.loss
         self._loss_all = network.loss_on == "all"
         self._timeout_ms = to_ms(network.command_timeout)
@@ -49,12 +54,18 @@ class Client:
         return self.state != DEAD
 
     def _rtt_ms(self) -> int:
-        return max(1, to_ms(float(self._rtt.sample(self.net_rng, 1)[0])))
+        """This request's round trip in whole ms (at least 1), drawn in blocks from the client's own stream."""
+        if self._fixed_rtt_ms is not None:
+            return self._fixed_rtt_ms
+        if not self._rtt_block:
+            draws = self._rtt.sample(self.net_rng, RTT_BLOCK)
+            self._rtt_block = [max(1, to_ms(float(x))) for x in draws[::-1]]
+        return self._rtt_block.pop()
 
     def _lost(self, kind: str) -> bool:
         if self._loss <= 0 or not (self._loss_all or kind == "renew"):
             return False
-        return bool(self.net_rng.random() < self._loss)
+        return bool(self.loss_rng.random() < self._loss)
 
     def settle(self) -> Proc:
         """Wait out a freeze; True if the client may go on, False if it died."""
@@ -121,8 +132,10 @@ class Held:
 class Worker(Client):
     """One worker process with `concurrency` slots."""
 
-    def __init__(self, sim: Simulation, wid: int, net_rng: np.random.Generator) -> None:
-        super().__init__(sim, net_rng)
+    def __init__(
+        self, sim: Simulation, wid: int, net_rng: np.random.Generator, loss_rng: np.random.Generator
+    ) -> None:
+        super().__init__(sim, net_rng, loss_rng)
         self.wid = wid
         self.state = ALIVE
         self.resume_event: simpy.Event | None = None
