@@ -269,8 +269,13 @@ class Worker(Client):
             if rule.after_reply:
                 yield self.env.timeout(rule.tick_ms)
             else:
+                # Fixed rate on the original grid; ticks missed while frozen are skipped, not replayed
+                # (Node's setInterval and Erlang's interval timers fire once when the process resumes).
+                now = int(self.env.now)
                 next_tick += rule.tick_ms
-                yield self.env.timeout(max(0, next_tick - int(self.env.now)))
+                if next_tick <= now:
+                    next_tick += (now - next_tick) // rule.tick_ms * rule.tick_ms + rule.tick_ms
+                yield self.env.timeout(next_tick - now)
 
     def job_renewer(self, job_id: str) -> Proc:
         """The naive variant: one timer and one round trip per job."""
