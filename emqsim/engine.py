@@ -67,6 +67,9 @@ class Simulation:
             self.env, self.policy, QueueKeys(scenario.queue), self._rng("store"), record_locks=record_locks
         )
         self.server.worker_state = self.worker_state
+        self._expire_planned: int | None = None
+        self._expire_wakeup = self.env.event()
+        self.server.store.on_ttl = self._ttl_set
         self.server.on_settle = self._check_done
         self.workers: dict[int, Worker] = {}
         self.worker_events: list[WorkerEvent] = []
@@ -166,10 +169,35 @@ class Simulation:
             self.server.add_job(str(index), int(work) / 1000)
 
     def _expire_cycle(self):
+        """Redis's active expire cycle, `hz` times a second on the tick grid. Ticks that provably find no
+        logically expired key (none has `now > expire_at`) are skipped: they would evict nothing."""
         period = max(1, 1000 // self.scenario.hz)
+        store = self.server.store
+        env = self.env
         while True:
-            yield self.env.timeout(period)
-            self.server.active_expire()
+            now = int(env.now)
+            next_tick = (now // period + 1) * period
+            earliest = store.next_expiry()
+            if earliest is None:
+                self._expire_planned = None
+            else:
+                first_useful = (earliest // period + 1) * period  # the first tick with now > earliest
+                next_tick = max(next_tick, first_useful)
+                self._expire_planned = next_tick
+            self._expire_wakeup = env.event()
+            if earliest is None:
+                yield self._expire_wakeup
+                continue
+            timer = env.timeout(next_tick - now)
+            yield timer | self._expire_wakeup
+            if timer.processed:
+                self.server.active_expire()
+
+    def _ttl_set(self, when: int) -> None:
+        """A key got an expiry: wake the expire cycle if that key expires before its planned tick."""
+        planned = self._expire_planned
+        if (planned is None or when < planned) and not self._expire_wakeup.triggered:
+            self._expire_wakeup.succeed()
 
     def _start_worker(self, wid: int, restarted: bool = False) -> Worker:
         worker = Worker(self, wid, self._rng("network", wid), self._rng("network", wid, 1))
@@ -178,12 +206,15 @@ class Simulation:
         phases = self._rng("phases", wid + 1)
         policy = self.policy
         aligned = self.scenario.phases == "aligned"
+        # Timers start when the worker starts: a restarted worker's now; the first workers started at
+        # arbitrary moments before the run, so their phases are drawn (unless the scenario aligns them).
         if policy.renewal is not None and not policy.renewal.per_job:
             tick = policy.renewal.tick_ms
-            first = tick if aligned else int(phases.integers(1, tick + 1))
+            first = tick if aligned or restarted else int(phases.integers(1, tick + 1))
             self.env.process(worker.lock_manager(first))
         if policy.swept_by == "workers":
-            first = 0 if aligned else int(phases.integers(0, policy.sweep_interval_ms))
+            # BullMQ's stalled checker runs once as soon as the worker starts
+            first = 0 if aligned or restarted else int(phases.integers(0, policy.sweep_interval_ms))
             self.env.process(worker.sweeper(first))
         for _ in range(self.scenario.concurrency):
             self.env.process(worker.slot())

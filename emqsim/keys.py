@@ -2,43 +2,44 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
-
-@dataclass(frozen=True, slots=True)
 class QueueKeys:
-    """Key names for one queue. The braces make a Redis Cluster hash tag, as in EchoMQ and BullMQ."""
+    """Key names for one queue. The braces make a Redis Cluster hash tag, as in EchoMQ and BullMQ.
 
-    queue: str = "default"
-    prefix: str = "emq"
+    The fixed names are built once; `job` and `lock` are per job id.
+    """
 
-    @property
-    def base(self) -> str:
-        return f"{self.prefix}:{{{self.queue}}}"
+    __slots__ = (
+        "queue",
+        "prefix",
+        "base",
+        "wait",
+        "active",
+        "stalled",
+        "stalled_check",
+        "completed",
+        "failed",
+    )
 
-    @property
-    def wait(self) -> str:
-        return f"{self.base}:wait"
+    def __init__(self, queue: str = "default", prefix: str = "emq") -> None:
+        self.queue = queue
+        self.prefix = prefix
+        self.base = f"{prefix}:{{{queue}}}"
+        self.wait = f"{self.base}:wait"
+        self.active = f"{self.base}:active"
+        self.stalled = f"{self.base}:stalled"
+        self.stalled_check = f"{self.base}:stalled-check"
+        self.completed = f"{self.base}:completed"
+        self.failed = f"{self.base}:failed"
 
-    @property
-    def active(self) -> str:
-        return f"{self.base}:active"
+    def __repr__(self) -> str:
+        return f"QueueKeys(queue={self.queue!r}, prefix={self.prefix!r})"
 
-    @property
-    def stalled(self) -> str:
-        return f"{self.base}:stalled"
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, QueueKeys) and (self.queue, self.prefix) == (other.queue, other.prefix)
 
-    @property
-    def stalled_check(self) -> str:
-        return f"{self.base}:stalled-check"
-
-    @property
-    def completed(self) -> str:
-        return f"{self.base}:completed"
-
-    @property
-    def failed(self) -> str:
-        return f"{self.base}:failed"
+    def __hash__(self) -> int:
+        return hash((self.queue, self.prefix))
 
     def job(self, job_id: str) -> str:
         """The job's hash (attempt counter `ats`, stalled counter `stc`, `processedOn`)."""

@@ -77,7 +77,7 @@ class LockEvent:
     time: float
     job: str
     token: str | None
-    kind: str  # set, renewed, renew_failed, released, deleted, expired, evicted
+    kind: str  # set, renewed, renew_failed, renew_lost, released, deleted, expired, evicted
     expires_at: float | None = None
     detail: str = ""
 

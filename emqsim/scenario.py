@@ -40,7 +40,7 @@ class Scenario:
     random_faults: RandomFaults | None = None
     network: Network = field(default_factory=Network)
     phases: Literal["random", "aligned"] = "random"
-    horizon: float = 7200.0
+    horizon: float = 3600.0
     hz: int = 10
     queue: str = "default"
 
@@ -70,13 +70,13 @@ class Scenario:
         return replace(self, **changes)
 
 
-def slow_alive(duration: float = 900.0, workers: int = 2, horizon: float = 7200.0) -> Scenario:
+def slow_alive(duration: float = 900.0, workers: int = 2, horizon: float = 3600.0) -> Scenario:
     """One slow-but-alive job (15 minutes by default) whose worker keeps its heartbeat going."""
     return Scenario(name="slow-alive", workers=workers, jobs=1, duration=Fixed(duration), horizon=horizon)
 
 
 def fast_dead(
-    die_after: float | Distribution = 1.0, duration: float = 60.0, workers: int = 2, horizon: float = 7200.0
+    die_after: float | Distribution = 1.0, duration: float = 60.0, workers: int = 2, horizon: float = 3600.0
 ) -> Scenario:
     """The worker that takes the job dies `die_after` seconds into it; another worker is alive to recover it."""
     return Scenario(
@@ -94,7 +94,7 @@ def frozen(
     freeze_after: float | Distribution = 5.0,
     duration: float = 120.0,
     workers: int = 2,
-    horizon: float = 7200.0,
+    horizon: float = 3600.0,
 ) -> Scenario:
     """A stop-the-world pause of `freeze_for` seconds, `freeze_after` seconds into the job; then it resumes."""
     return Scenario(
@@ -108,7 +108,7 @@ def frozen(
 
 
 def flaky_network(
-    loss: float = 0.2, jobs: int = 20, duration: float = 300.0, workers: int = 4, horizon: float = 7200.0
+    loss: float = 0.2, jobs: int = 12, duration: float = 300.0, workers: int = 4, horizon: float = 3600.0
 ) -> Scenario:
     """Renewals lost with probability `loss`; nobody dies, so every reclaim is a false one."""
     return Scenario(
@@ -122,16 +122,16 @@ def flaky_network(
 
 
 def production(
-    workers: int = 8,
-    concurrency: int = 4,
-    jobs: int = 400,
-    arrival_rate: float = 0.5,
+    workers: int = 4,
+    concurrency: int = 2,
+    jobs: int = 100,
+    arrival_rate: float = 0.2,
     median_duration: float = 20.0,
     sigma: float = 1.5,
     crash_rate: float = 2.0,
     freeze_rate: float = 6.0,
     freeze_median: float = 0.5,
-    horizon: float = 7200.0,
+    horizon: float = 3600.0,
 ) -> Scenario:
     """Many workers with concurrency, heavy-tailed durations, crashes with restarts, GC-style freezes and
     network jitter: where both failure modes of the timeout meet."""

@@ -141,6 +141,12 @@ class Server:
                 self._lock_event(now, job_id, token, "renew_failed" if job_id in failed_set else "renewed")
         return failed
 
+    def renewal_lost(self, held: list[tuple[str, str]], sent_ms: int) -> None:
+        """Record renewals that never reached Redis (at the time they were sent)."""
+        if self.record_locks:
+            for job_id, token in held:
+                self.lock_events.append(LockEvent(sent_ms / 1000, job_id, token, "renew_lost"))
+
     def finish(self, attempt: Attempt, now: int) -> FinishReply:
         reply = self.policy.finish(self.queue, attempt.job, attempt.token, now)
         attempt.finish_applied_at = now / 1000

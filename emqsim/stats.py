@@ -183,7 +183,9 @@ def wilson_ci(successes: int, trials: int, level: float = LEVEL) -> tuple[float,
     denom = 1 + z * z / trials
     centre = (p + z * z / (2 * trials)) / denom
     half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
-    return (p, max(0.0, centre - half), min(1.0, centre + half))
+    lo = 0.0 if successes == 0 else max(0.0, centre - half)
+    hi = 1.0 if successes == trials else min(1.0, centre + half)
+    return (p, lo, hi)
 
 
 def poisson_rate_ci(count: int, exposure: float, level: float = LEVEL) -> tuple[float, float, float]:

@@ -58,8 +58,8 @@ class Client:
         if self._fixed_rtt_ms is not None:
             return self._fixed_rtt_ms
         if not self._rtt_block:
-            draws = self._rtt.sample(self.net_rng, RTT_BLOCK)
-            self._rtt_block = [max(1, to_ms(float(x))) for x in draws[::-1]]
+            draws = self._rtt.sample(self.net_rng, RTT_BLOCK)  # seconds >= 0; to_ms, vectorised
+            self._rtt_block = np.maximum(1, np.floor(draws[::-1] * 1000 + 0.5)).astype(np.int64).tolist()
         return self._rtt_block.pop()
 
     def _lost(self, kind: str) -> bool:
@@ -263,7 +263,9 @@ class Worker(Client):
                 failed = yield from self.request("renew", lambda t, d=due: server.renew(d, t), retry=False)
                 if failed is None:
                     return
-                if failed is not LOST:
+                if failed is LOST:
+                    server.renewal_lost(due, now)
+                else:
                     for job_id in failed:
                         self.held.pop(job_id, None)  # lockRenewalFailed: stop renewing a lost lock
             if rule.after_reply:
@@ -296,6 +298,8 @@ class Worker(Client):
             failed = yield from self.request("renew", lambda t, d=item: server.renew(d, t), retry=False)
             if failed is None:
                 return
-            if failed is not LOST and failed:
+            if failed is LOST:
+                server.renewal_lost(item, now)
+            elif failed:
                 self.held.pop(job_id, None)
                 return

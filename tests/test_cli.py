@@ -56,7 +56,8 @@ def test_sweep_table_and_paired_line(capsys):
     code, out, _ = run_cli(capsys, "sweep", "--scenario", "fast-dead", "--timeout", "600", *FAST)
     assert code == 0
     assert "detect mean s [95% CI]" in out and "fast-dead" in out
-    assert "lease vs 600 s timeout (paired, same seeds): detects" in out
+    assert "lease minus the 600 s timeout, paired on the same seeds" in out
+    assert "fast-dead: detection latency -5" in out
 
 
 def test_sweep_writes_csv_and_json_atomically(tmp_path, capsys):
