@@ -96,6 +96,14 @@ def savefig(fig: Figure, path: str | os.PathLike, *, dpi: int = 150) -> Path:
         metadata = {"CreationDate": None, "ModDate": None, "Creator": _CREATOR, "Producer": _CREATOR}
     else:
         raise ValueError(f"savefig writes .svg, .png or .pdf, not {path.suffix!r}")
+    if (
+        fig.get_layout_engine() is not None
+        and fig.get_layout_engine().__class__.__name__ != "PlaceHolderLayoutEngine"
+    ):
+        # A layout engine moves things a little on every draw; settle it once and freeze it, so every
+        # later save of this figure gives the same bytes.
+        fig.draw_without_rendering()
+        fig.set_layout_engine("none")
     buf = io.BytesIO()
     with mpl.rc_context({"svg.hashsalt": "emqsim", "svg.fonttype": "path", "pdf.compression": 6}):
         fig.savefig(buf, format=fmt, dpi=dpi, metadata=metadata, bbox_inches="tight", pad_inches=0.08)
@@ -424,7 +432,7 @@ def _lanes(
         mine = [s for s in shapes if s.attempt.worker == w.wid]
         if not mine and (w.start > t1 or (w.died is not None and w.died < t0) or wanted is not None):
             continue
-        lanes.append((w, mine, _pack(mine, gap=0.004 * (t1 - t0))))
+        lanes.append((w, mine, _pack(mine, gap=0.0)))
     return workers, shapes, lanes
 
 
@@ -583,11 +591,12 @@ def _draw_timeline(
                 key = "finish_ok"
             points.setdefault(key, []).append((a.finish_applied_at, yc))
         if label_jobs:
-            visible = min(s.stop, t1) - max(s.start, t0)
             text = f"job {a.job}" + (f" · try {a.attempt}" if a.attempt > 1 else "")
-            if visible / span * width_pt > 4.4 * len(text) + 8:
-                at = max(s.start, t0) + 0.01 * span
-                under = next((k for a0, b0, k in s.segments if a0 <= at < b0), "held")
+            # Written at the start of the longest visible piece, white on dark blue, black on light fills.
+            pieces = [(min(b0, t1) - max(a0, t0), max(a0, t0), k) for a0, b0, k in s.segments]
+            longest, begin, under = max(pieces, default=(0.0, t0, "held"), key=lambda p: p[0])
+            if longest / span * width_pt > 4.4 * len(text) + 8:
+                at = begin + 0.01 * span
                 ax.text(
                     at,
                     yc,
@@ -779,12 +788,15 @@ def frontier(
     *,
     title: str | None = None,
     annotate: bool = True,
+    annotate_points: bool = False,
     logx: bool = True,
     linthresh: float = 1e-3,
 ) -> Axes:
     """False-reclaim rate (per job) against mean detection latency, with 95% intervals both ways. Timeout rows
     (a `timeout` value, policy named "timeout") make one curve in timeout order; every other row is a point
-    labelled with its settings. The y axis is linear below `linthresh` so a zero rate still shows."""
+    labelled with its settings (and, with `annotate_points`, its row's `label` written beside it). Timeout
+    values are written along the curve with `annotate`. The y axis is linear below `linthresh` so a zero rate
+    still shows."""
     with mpl.rc_context(RC):
         if ax is None:
             _, ax = plt.subplots(figsize=(8, 5.2), layout="constrained")
@@ -829,7 +841,9 @@ def frontier(
                         color=_C["orange"],
                     )
         lease_colours = [_C["blue"], _C["green"], _C["purple"], _C["vermillion"], _C["sky"], _C["black"]]
-        markers = ["s", "D", "^", "v", "P", "h"]
+        if not curve:
+            lease_colours.insert(1, _C["orange"])  # orange is the timeout curve's colour when there is one
+        markers = ["s", "D", "^", "v", "P", "h", "o", "<"]  # 6 or 7 colours x 8 markers: distinct styles
         for i, r in enumerate(points):
             x, y_ = r["detection_latency_mean"], r["false_reclaim_rate"]
             xe = np.array([_err(x, r.get("detection_latency_mean_ci"))]).T
@@ -845,9 +859,19 @@ def frontier(
                 linestyle="none",
                 capsize=2.5,
                 elinewidth=0.9,
-                label=policy_label(r) + (f", scan {r['scan']:g} s" if r.get("scan") is not None else ""),
+                label=policy_label(r)
+                + (f", scan {r['scan']:g} s" if r.get("scan") is not None and not r.get("label") else ""),
                 zorder=4,
             )
+            if annotate_points and r.get("label"):
+                ax.annotate(
+                    str(r["label"]),
+                    (x, y_),
+                    xytext=(5, 6 + 9 * (i % 2)),
+                    textcoords="offset points",
+                    fontsize=7.5,
+                    color=lease_colours[i % len(lease_colours)],
+                )
         if logx:
             ax.set_xscale("log")
             ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -880,6 +904,7 @@ def latency_cdf(
     theory: Mapping[str, Callable[[np.ndarray], np.ndarray]] | None = None,
     title: str | None = None,
     xlabel: str = "detection latency: crash → job reclaimed (s)",
+    legend_loc: str = "best",
 ) -> Axes:
     """Empirical CDFs of detection latency, one per label, with each label's theoretical range `bounds`
     (shaded, dashed edges), its theoretical mean (`means`, a dotted line) and CDF (`theory`, dashed)."""
@@ -910,7 +935,7 @@ def latency_cdf(
                 for edge in (lo, up):
                     ax.axvline(edge, color=colour, lw=0.9, ls=(0, (4, 3)))
                 ax.annotate(
-                    f"[{lo:g}, {up:g}] s",
+                    f"[{round(lo, 1):g}, {round(up, 1):g}] s",
                     xy=((lo + up) / 2, 1.0),
                     xycoords=("data", "axes fraction"),
                     xytext=(0, 4),
@@ -937,7 +962,7 @@ def latency_cdf(
                     [], [], color=GREY, marker="|", ls="none", markersize=12, mew=2, label="theoretical mean"
                 )
             )
-        ax.legend(handles=handles + extra, loc="lower right")
+        _legend(ax, handles + extra, legend_loc)
         ax.set_xlim(0, hi * 1.05)
         ax.set_ylim(0, 1.0)
         ax.set_xlabel(xlabel)
@@ -945,6 +970,14 @@ def latency_cdf(
         ax.grid(True, lw=0.4, alpha=0.5)
         ax.set_title(title or "How long a dead worker's job waits", loc="left", pad=16)
     return ax
+
+
+def _legend(ax: Axes, handles: list[Any], loc: str) -> None:
+    """A legend inside the axes at `loc`, or to the right of them with loc="outside"."""
+    if loc == "outside":
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    else:
+        ax.legend(handles=handles, loc=loc)
 
 
 # -- heatmap --------------------------------------------------------------------------------------------------
@@ -1047,6 +1080,7 @@ def freeze_curve(
     theory: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
     marks: Mapping[str, float] | None = None,
     title: str | None = None,
+    legend_loc: str = "best",
 ) -> Axes:
     """False reclaims per job against freeze length: one line per group (`group` key of the rows, else the
     policy label), with 95% intervals, dashed theory curves per group (`theory`: label -> (xs, ys)) and labelled
@@ -1094,7 +1128,7 @@ def freeze_curve(
         handles, _ = ax.get_legend_handles_labels()
         if theory:
             handles.append(Line2D([], [], color=GREY, ls=(0, (4, 2)), label="theory"))
-        ax.legend(handles=handles, loc="center right")
+        _legend(ax, handles, legend_loc)
         ax.set_xlabel("freeze length (s)")
         ax.set_ylabel("false reclaims per job")
         ax.set_ylim(-0.03, 1.05)

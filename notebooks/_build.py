@@ -1,0 +1,823 @@
+"""Build the teaching notebooks from this one source: `python notebooks/_build.py`.
+
+The notebooks are stored with their outputs cleared; tests/test_notebooks.py runs each one top to bottom.
+Edit the cells here, rebuild, and commit both.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+HERE = Path(__file__).resolve().parent
+
+
+def md(text: str):
+    return new_markdown_cell(text.strip("\n"))
+
+
+def code(text: str):
+    return new_code_cell(text.strip("\n"))
+
+
+SETUP = """
+%matplotlib inline
+import warnings
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from emqsim import *
+from emqsim import plots
+from emqsim.stats import aggregate, summarize, to_frame
+
+pd.set_option("display.width", 160)
+pd.set_option("display.max_colwidth", 80)
+SEED = 20240  # every run below is reproducible: same seed, same run, bit for bit
+"""
+
+# -------------------------------------------------------------------------------------------------------------
+NB1 = [
+    md("""
+# Timeout or lease? How a job queue should notice a dead worker
+
+A job queue hands each job to exactly one worker. Workers fail: a process is killed, a container is evicted, a
+machine disappears. The job must then go back to the queue so that another worker can run it. Nobody tells the
+queue that the worker died, so the queue has to *decide* it on its own.
+
+There are two common ways to decide:
+
+* **A fixed timeout.** The queue notes when a worker took the job. A *reaper* looks at the jobs in progress every
+  few seconds and takes back any job that has been running longer than, say, 10 minutes.
+* **A lease renewed by a heartbeat.** When a worker takes a job it also gets a *lock* that expires on its own,
+  say after 30 seconds (in Redis: a key set with `PX 30000`). As long as the worker is alive it renews the lock,
+  say every 10 seconds (the *heartbeat*). A *sweep* takes back jobs whose lock has disappeared.
+
+This notebook runs both rules on two workers that a timeout cannot tell apart:
+
+| worker | what really happens | what a 10-minute timeout concludes |
+|---|---|---|
+| **slow but alive** | a healthy worker runs a 15-minute job | "older than 10 minutes: dead" (wrong) |
+| **fast but dead** | a worker is killed 1 second into a 1-minute job | "only 1 s old: alive", for the next 599 s (wrong) |
+
+Everything runs in **emqsim**, a deterministic simulator of a Redis job queue that follows the protocol of
+BullMQ and of its Elixir port EchoMQ. The same seed always gives the same run, so every number below can be
+reproduced exactly.
+"""),
+    code(SETUP),
+    md("""
+## The four runs
+
+* `standard("slow-alive")`: one 15-minute job on a worker that stays alive the whole time.
+* `standard("fast-dead")`: one 60-second job whose worker dies 1 s after starting it.
+
+In both scenarios a second worker sits idle, ready to pick up a job that comes back to the queue.
+We run each scenario under both rules:
+
+* `TimeoutPolicy(timeout=600, scan=5)`: every 5 s a reaper takes back any job older than 600 s.
+* `LeasePolicy(lease=30, beat=10, scan=5)`: a 30 s lock renewed every 10 s; every 5 s a sweep takes back the
+  jobs whose lock is gone.
+"""),
+    code("""
+rules = {
+    "timeout": TimeoutPolicy(timeout=600, scan=5),
+    "lease": LeasePolicy(lease=30, beat=10, scan=5),
+}
+runs = {
+    (kind, rule): simulate(standard(kind), policy, seed=SEED)
+    for kind in ("slow-alive", "fast-dead")
+    for rule, policy in rules.items()
+}
+
+table = []
+for (kind, rule), run in runs.items():
+    s = summarize(run)
+    table.append(
+        {
+            "worker": kind,
+            "rule": rule,
+            "what happened": plots.verdict(run).text,
+            "runs of the job": s.attempts,
+            "false reclaims": s.false_reclaims,
+            "completions accepted": s.completed_jobs + s.duplicate_completions,
+            "Redis requests": s.requests,
+        }
+    )
+pd.DataFrame(table)
+"""),
+    md("""
+The timeout takes the live job away and leaves the dead worker's job waiting for ten minutes; the lease gets
+both cases right. The pictures below show why.
+
+## How to read a timeline
+
+`plots.timeline(run)` draws one horizontal lane per worker, time in seconds from left to right:
+
+* a **dark blue bar** is a job running on that worker; **grey hatching** means the job is still assigned to a
+  worker that has already died (nobody is working on it); **yellow hatching** means the worker is frozen;
+* the **light blue band** under a job is the life of its lock: it starts when the job is taken and ends when the
+  lock is released or **expires**; each small **black tick** on it is a heartbeat renewal that pushed the expiry
+  30 s further;
+* for the timeout rule the **orange band** is the timeout's clock: it runs from the take until the job leaves the
+  in-progress list or the 600 s are up;
+* thin **grey vertical lines** are sweeps (too many to draw become a rug at the top); a **dashed line** is a
+  sweep that took a job back;
+* a **green circle** marks a job taken back from a dead worker (right), an **orange cross** a job taken back from
+  a live worker (wrong); the **pink arrow** goes to the job's next run on another worker;
+* at the end of a job, a **white triangle** is a finish the queue accepted, an **orange diamond** a second
+  accepted finish of the same job (a duplicate), a **pink square** a late finish the queue rejected.
+"""),
+    code("""
+plots.timeline(runs[("fast-dead", "lease")]);
+"""),
+    md("""
+Worker 0 took job 0 and died 1 s later (black triangle; its lane turns grey). Nothing told the queue. But the
+lock that worker 0 set when it took the job was only good for 30 s, and nobody was left to renew it: the light
+blue band stops at its expiry, about 30 s. The sweeps kept looking at the job; the first sweep after the expiry
+(dashed line) found a job in progress **without a lock**, moved it back to the waiting list, and worker 1 took it
+at once (arrow) and finished it. Recovery took about one lease, roughly 30 s.
+
+Here is the same story as a table of *attempts* (one row per time a worker took the job):
+"""),
+    code("""
+columns = ["job", "attempt", "worker", "taken_at", "died_at", "reclaimed_at", "worker_state_at_reclaim",
+           "finish_applied_at", "finish_result", "outcome"]
+pd.DataFrame(runs[("fast-dead", "lease")].attempts_table())[columns]
+"""),
+    md("""
+## Try the four combinations yourself
+
+Pick a worker and a rule; the timeline is redrawn. The sliders change the timeout and the lease (the heartbeat is
+a third of the lease) and re-run the simulation; it takes a few milliseconds. *(If the buttons do not show, your
+viewer has no widgets: the static 2 x 2 figure further down shows the same four runs.)*
+"""),
+    code("""
+import ipywidgets as widgets
+from IPython.display import display
+
+kind = widgets.ToggleButtons(
+    options=[("slow but alive", "slow-alive"), ("fast but dead", "fast-dead")], description="worker"
+)
+rule = widgets.ToggleButtons(
+    options=[("fixed timeout", "timeout"), ("lease + heartbeat", "lease")], description="rule"
+)
+timeout_s = widgets.IntSlider(value=600, min=60, max=1200, step=30, description="timeout (s)")
+lease_s = widgets.IntSlider(value=30, min=6, max=120, step=3, description="lease (s)")
+out = widgets.Output()
+
+
+def redraw(_=None):
+    policy = (
+        TimeoutPolicy(timeout=timeout_s.value, scan=5)
+        if rule.value == "timeout"
+        else LeasePolicy(lease=lease_s.value, beat=lease_s.value / 3, scan=5)
+    )
+    run = simulate(standard(kind.value), policy, seed=SEED)
+    with out:
+        out.clear_output(wait=True)
+        ax = plots.timeline(run)
+        display(ax.figure)
+        plt.close(ax.figure)
+
+
+for w in (kind, rule, timeout_s, lease_s):
+    w.observe(redraw, "value")
+redraw()
+display(widgets.VBox([widgets.HBox([kind, rule]), widgets.HBox([timeout_s, lease_s]), out]))
+"""),
+    md("""
+## All four at once
+
+The static version of the same comparison. The panels in a row share their time axis, so lengths compare
+directly.
+"""),
+    code("""
+plots.two_columns(
+    runs,
+    title="A fixed timeout cannot tell slow from dead; a lease renewed by a heartbeat can",
+);
+"""),
+    md("""
+## What went wrong with the timeout
+
+**Slow but alive.** Just after 10 minutes the reaper took back a job whose worker was perfectly healthy, and
+worker 1 started it again from scratch. Both workers finished it, and the queue accepted *both* finishes: the timeout reaper's
+usual design (a reliable queue that just removes the job id from its in-progress list) has no way to tell a
+stale finish from a fresh one. The job ran twice and completed twice, with twice its side effects (two emails,
+two charges, two writes).
+
+**Fast but dead.** The job sat on a dead worker for 600 s, because the timeout only looks at the job's age, and
+the job was young.
+
+A timeout measures **how old a job is**, not **whether its worker is alive**. Whatever value you choose is wrong
+for somebody: shorter than your longest job, and it takes live jobs away; longer, and dead workers hold their jobs
+for that long.
+
+A lease measures liveness directly. A live worker keeps renewing, however long its job is, so a 15-minute job
+(or a 15-hour one) is never taken away. A dead worker stops renewing, so its lock is gone within `lease` seconds
+and its job is back within about `lease + scan`.
+
+## Does the moment of the crash matter?
+
+For the timeout, yes: a worker that dies `d` seconds into a job holds it for about `timeout - d`. For the lease,
+no. Here a 10-minute job's worker dies at different moments:
+"""),
+    code("""
+moments = [1, 100, 200, 300, 400, 500, 590]
+latency = {"timeout 600 s": [], "lease 30 s, beat 10 s": []}
+for d in moments:
+    scenario = standard("fast-dead", die_after=float(d), duration=600.0)
+    for label, policy in zip(latency, rules.values()):
+        run = simulate(scenario, policy, seed=SEED)
+        latency[label].append(summarize(run).detection_latencies[0])
+
+fig, ax = plt.subplots(figsize=(7, 3.6))
+for (label, values), colour in zip(latency.items(), [plots.OKABE_ITO["orange"], plots.OKABE_ITO["blue"]]):
+    ax.plot(moments, values, marker="o", color=colour, label=label)
+ax.set_xlabel("worker dies this long into its 600 s job (s)")
+ax.set_ylabel("crash → job back in the queue (s)")
+ax.set_title("The timeout's delay depends on when the worker died; the lease's does not", loc="left")
+ax.legend();
+"""),
+    md("""
+## Summary
+
+* A fixed timeout confuses *slow* with *dead*: it takes live jobs away (duplicate work, duplicate completions)
+  and leaves dead workers' jobs waiting for up to the whole timeout.
+* A lease renewed by a heartbeat asks the question that matters, "is the worker still renewing?": live jobs are
+  never taken, dead ones come back after about one lease.
+
+Next: **02-tuning** shows how to choose the lease, the heartbeat and the sweep period, and what each costs;
+**03-where-leases-fail** shows the cases a lease gets wrong (frozen workers, lost heartbeats) and the token check
+that keeps them from doing damage; **04-real-systems** runs the defaults of BullMQ, Celery, SQS, Faktory,
+Oban and Kubernetes on the same workload.
+"""),
+]
+
+# -------------------------------------------------------------------------------------------------------------
+NB2 = [
+    md("""
+# Tuning a lease: lease, heartbeat and sweep
+
+A lease-based queue has three knobs, all in seconds:
+
+* the **lease** `L`: how long a lock lives without renewal;
+* the **heartbeat period** `B`: how often a live worker renews its locks (one batched round trip per worker per
+  beat, however many jobs it holds);
+* the **sweep period** `S`: how often the queue looks for jobs whose lock is gone.
+
+They trade three things against each other: how long a dead worker's job waits (**detection latency**), how
+often a live worker's job is taken by mistake (**false reclaims**), and how much work Redis does (**requests
+per second**).
+
+### The closed form
+
+Suppose a worker crashes at a random moment. Its last renewal was `u` seconds earlier, `u` uniform between 0 and
+`B`. The lock vanishes `L - u` after the crash, and the next sweep finds it after a further wait uniform between
+0 and `S`. So the detection latency `T_D` is
+
+$$ E[T_D] = L - \\frac{B}{2} + \\frac{S}{2}, \\qquad L - B \\le T_D \\le L + S. $$
+
+The module `emqsim.analytic` has the exact version for this simulator (millisecond clock, network round trips,
+the two-phase sweep, the worker that sweeps dying), which reduces to this formula when those details are zero.
+"""),
+    code(
+        SETUP
+        + """
+from emqsim import analytic
+from emqsim.figures import crash_scenario
+
+
+def basic_mean(L, B, S):
+    return L - B / 2 + S / 2
+"""
+    ),
+    md("""
+## 1. Simulation against the closed form
+
+`crash_scenario()` has 4 workers and 40 jobs of 60 s; the first run of every job dies at a random moment between
+0 and 50 s into it, and a replacement worker starts a second later. Each job gives one detection-latency sample;
+two replications give 80 per setting.
+"""),
+    code("""
+settings = [(10, 3, 2), (20, 5, 5), (30, 10, 5), (60, 20, 5), (30, 10, 15)]
+scenario = crash_scenario()
+rows, samples = [], {}
+for L, B, S in settings:
+    summaries = [summarize(simulate(scenario, LeasePolicy(L, B, S), seed=SEED, replication=r)) for r in range(2)]
+    row = aggregate(summaries)
+    exact = analytic.lease_detection(L, B, S)
+    rows.append(
+        {
+            "lease": L, "beat": B, "scan": S,
+            "simulated mean": round(row["detection_latency_mean"], 2),
+            "95% CI": [round(x, 2) for x in row["detection_latency_mean_ci"]],
+            "L - B/2 + S/2": basic_mean(L, B, S),
+            "analytic mean": round(exact.mean, 2),
+            "simulated min..max": f"{row['detection_latency_min']:.1f}..{row['detection_latency_max']:.1f}",
+            "analytic range": f"{exact.lo:.1f}..{exact.hi:.1f}",
+        }
+    )
+    samples[f"lease {L}, beat {B}, sweep {S}"] = [x for s in summaries for x in s.detection_latencies]
+pd.DataFrame(rows)
+"""),
+    md("""
+The simulated means sit close to the closed form, a few percent above it. Two details move them:
+
+* the lock is also set when the job is *taken*, so a crash early in a job finds a fresher lock than a random
+  moment would: slightly longer latencies;
+* the sweep is run by the workers themselves, one at a time (a `stalled-check` key rate-limits it, as in
+  BullMQ). If the worker that was sweeping is the one that dies, the next sweep comes from another worker, up to
+  one more `S` later. That is why `analytic.lease_detection` allows up to about `L + 2S`.
+
+The whole distributions, with the basic model's CDF dotted over them:
+"""),
+    code("""
+from emqsim.figures import lease_latency_cdf
+
+show = ["lease 10, beat 3, sweep 2", "lease 30, beat 10, sweep 5", "lease 60, beat 20, sweep 5"]
+bounds, means, theory = {}, {}, {}
+for label in show:
+    L, B, S = (float(x.split()[-1]) for x in label.split(","))
+    exact = analytic.lease_detection(L, B, S)
+    bounds[label], means[label], theory[label] = (exact.lo, exact.hi), exact.mean, lease_latency_cdf(L, B, S)
+plots.latency_cdf(
+    {k: samples[k] for k in show}, bounds=bounds, means=means, theory=theory, legend_loc="outside",
+    title="Detection latency is about one lease: the heartbeat and the sweep only shift it by B/2 and S/2",
+);
+"""),
+    md("""
+## 2. The sweep period and the two-phase sweep
+
+BullMQ's sweep works in two phases: each pass first moves back the jobs that were *marked* at the previous pass
+and whose lock is now gone, then marks every job in progress. A job is therefore recovered only if a sweep marked
+it *before* its lock vanished and a later sweep finds the lock gone. When `S` is short compared with the lease,
+that changes nothing. When `S` approaches `L` (BullMQ's defaults: lock 30 s, stalled interval 30 s) it can add up
+to one more `S`.
+"""),
+    code("""
+rows = []
+for S in (1, 5, 15, 30):
+    for two_phase in (False, True):
+        policy = LeasePolicy(30, 10, S, two_phase=two_phase)
+        summaries = [summarize(simulate(scenario, policy, seed=SEED, replication=r)) for r in range(2)]
+        row = aggregate(summaries)
+        rows.append(
+            {
+                "scan S": S,
+                "sweep": "two-phase" if two_phase else "single pass",
+                "simulated mean": round(row["detection_latency_mean"], 1),
+                "L - B/2 + S/2": basic_mean(30, 10, S),
+                "analytic mean": round(analytic.lease_detection(30, 10, S, two_phase=two_phase).mean, 1),
+                "simulated max": round(row["detection_latency_max"], 1),
+            }
+        )
+pd.DataFrame(rows)
+"""),
+    md("""
+With `S = 30` the two-phase sweep costs several seconds more on average than a single pass, and the slowest recovery
+grows towards `L + 2S`. (The analytic mean is a lower bound when the sweeping worker can die; see
+`analytic.lease_detection`.)
+
+## 3. What a heartbeat costs Redis
+
+Each worker sends one renewal per beat (a batched `extendLocks`, whatever the number of jobs it holds) and one
+sweep request per sweep period. So with `W` workers, Redis sees about `W / B + W / S` requests per second on top
+of the jobs' own takes and finishes. The lease itself costs nothing: it only decides how long a dead worker's job
+waits.
+"""),
+    code("""
+rows = []
+small = crash_scenario(jobs=16)
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", LeaseWarning)
+    for L in (10, 30, 60):
+        for B in (1, 2, 5, 10, 20):
+            if L / B >= 2:
+                rows.append(aggregate([summarize(simulate(small, LeasePolicy(L, B, 5), seed=SEED))]))
+plots.heatmap(
+    rows,
+    labels={"redis_commands_per_s": "Redis requests per second (4 workers)"},
+    title="The lease sets the wait for a dead worker's job; the heartbeat sets the bill",
+);
+"""),
+    md("""
+Read the left panel down a column: the mean latency follows the lease. Read the right panel along a row: the
+request rate follows `1 / B` and hardly depends on the lease. A shorter heartbeat also buys safety: with a 30 s
+lease renewed every 10 s, two lost renewals in a row are harmless and three lapse the lock; renewed every 5 s, it
+takes six (notebook 03 measures this).
+
+## 4. Against the timeout, on a realistic workload
+
+The `production` scenario has 8 workers with 4 slots each, job durations with a heavy tail (median 20 s, a few
+take many minutes), random crashes with restarts, and short GC-like pauses. Each timeout value is one point on
+the orange curve; each lease is one point.
+"""),
+    code("""
+workload = standard("production", jobs=100, horizon=3600.0)
+policies = [TimeoutPolicy(t, 5) for t in (60, 300, 1200)] + [LeasePolicy(10, 3, 2), LeasePolicy(30, 10, 5)]
+frontier_rows = []
+for policy in policies:
+    summaries = [summarize(simulate(workload, policy, seed=SEED, replication=r)) for r in range(3)]
+    frontier_rows.append(aggregate(summaries))
+plots.frontier(
+    frontier_rows,
+    title="Every timeout trades slow recovery for false reclaims; leases get both low",
+)
+to_frame(frontier_rows)[
+    ["policy", "timeout", "lease", "beat", "false_reclaim_rate", "detection_latency_mean", "redis_commands_per_s"]
+]
+"""),
+    md("""
+A timeout short enough to recover crashed jobs quickly takes many live jobs away (the long jobs in the tail),
+nearly one per job on this workload (a job longer than the timeout is taken again and again). A timeout long enough
+to spare the long jobs leaves crashed jobs waiting for minutes. The leases sit in the corner the timeout cannot
+reach: recovery in about one lease and no false reclaims, for a few Redis requests per second.
+
+## Rules of thumb
+
+* **Lease `L`**: the longest time you accept a dead worker's job waiting, but longer than any pause your workers
+  can have (GC, a blocked event loop): a frozen worker loses its job once a pause exceeds `L - B` (notebook 03).
+* **Heartbeat `B`**: `L / 3` or shorter, so that two lost renewals in a row are harmless. Halving `B` doubles
+  the renewal traffic.
+* **Sweep `S`**: short compared with `L - B`, or the two-phase sweep adds up to one more `S`.
+* Expected detection latency: `L - B/2 + S/2`.
+"""),
+]
+
+# -------------------------------------------------------------------------------------------------------------
+NB3 = [
+    md("""
+# Where leases fail: freezes, lost heartbeats, stale finishes and fencing
+
+A lease does not know whether a worker is alive. It knows whether the worker's **renewals arrive in time**.
+Anything that stops renewals without killing the worker makes the lease take a live worker's job: a
+stop-the-world pause (a long GC, a CPU-bound job blocking Node's event loop, `SIGSTOP`), or a network that drops
+the renewals. This notebook makes each of these happen, measures how often, compares with theory, and shows the
+**token check** that keeps the damage contained.
+"""),
+    code(
+        SETUP
+        + """
+from emqsim import analytic
+"""
+    ),
+    md("""
+## 1. A frozen worker
+
+`standard("frozen", freeze_for=45)`: the worker freezes 5 s into a 2-minute job and resumes 45 s later. While it
+is frozen it neither works nor renews. The lease is 30 s, renewed every 10 s.
+"""),
+    code("""
+frozen = simulate(standard("frozen", freeze_for=45.0), LeasePolicy(30, 10, 5), seed=SEED)
+plots.timeline(frozen);
+"""),
+    md("""
+Step by step:
+
+1. The worker renewed its lock (black tick) a few seconds before it froze (yellow).
+2. Frozen, it sent no more renewals; the lock expired 30 s after the last one (the light blue band stops).
+3. The next sweep found the job without a lock and gave it to worker 1 (orange cross: a live worker's job was
+   taken, a **false reclaim**).
+4. Worker 0 resumed at 50 s. Its first renewal was **refused** (orange x): BullMQ's `extendLock` only renews a
+   lock that still holds the worker's own token, and this one is gone.
+5. BullMQ does not stop the job when a renewal fails, so worker 0 went on working and finished at 165 s. Its
+   finish was **rejected** (pink square): `moveToFinished` checks the token too and answers "Missing lock".
+   Only worker 1's finish counts. The job ran twice, but completed once.
+"""),
+    code("""
+pd.DataFrame(frozen.attempts_table())[
+    ["attempt", "worker", "taken_at", "reclaimed_at", "worker_state_at_reclaim", "finished_at", "finish_result",
+     "work_done", "outcome"]
+]
+"""),
+    md("""
+## 2. How long a freeze can a lease survive?
+
+A freeze of `P` seconds that starts `u` seconds after the last renewal lapses the lock if and only if
+`u + P > L`. With `u` uniform on `[0, B]`:
+
+$$ P(\\text{lapse}) = \\mathrm{clip}\\left(\\frac{P - (L - B)}{B},\\ 0,\\ 1\\right) $$
+
+so a 30 s lease renewed every 10 s survives every freeze shorter than 20 s and loses every one longer than 30 s.
+With the token-checked renewal every lapse becomes a false reclaim: the worker can never get its lock back.
+
+**What if the renewal re-created a missing lock?** Then the resumed worker would get its lock back, and the job
+is lost only if a sweep happens to look while the lock is missing: a window of `u + P - L` seconds, hit by a
+sweep of period `S` with probability `min(1, window / S)`. `emqsim` can model that variant
+(`RenewalRule.every(beat, recreate_missing=True)`); BullMQ does not do it, because by the time the worker resumes
+its job may already be running elsewhere.
+"""),
+    code("""
+L, B, S = 30.0, 10.0, 5.0
+variants = {
+    "token-checked renewal": LeasePolicy(L, B, S),
+    "renewal re-creates lock": LeasePolicy(L, B, S, renewal=RenewalRule.every(B, recreate_missing=True)),
+}
+freezes = [0, 15, 20, 22, 24, 26, 28, 30, 32, 35, 40]
+rows = []
+for P in freezes:
+    scenario = standard("frozen", freeze_for=float(P), freeze_after=Uniform(5.0, 60.0))
+    for label, policy in variants.items():
+        summaries = [summarize(simulate(scenario, policy, seed=SEED, replication=r)) for r in range(16)]
+        rows.append(aggregate(summaries, freeze=float(P), label=label))
+
+grid = np.linspace(0, 40, 200)
+theory = {
+    "token-checked renewal": (grid, [analytic.freeze_false_reclaim_probability(L, B, S, p) for p in grid]),
+    "renewal re-creates lock": (
+        grid, [analytic.freeze_false_reclaim_probability(L, B, S, p, recreate_missing=True) for p in grid]
+    ),
+}
+plots.freeze_curve(
+    rows, theory=theory, marks={"L − B": L - B, "L": L}, legend_loc="upper left",
+    title="A 30 s lease renewed every 10 s survives freezes under 20 s and loses every one over 30 s",
+);
+"""),
+    md("""
+Both variants are safe below `L - B` and both lose the job for long freezes; re-creating the lock only narrows
+the window in between. The real fix is to keep pauses shorter than `L - B`: renew from a thread that CPU-bound
+work cannot block (BullMQ issues #2857, #3056, #3183 are this failure), or choose a longer lease.
+
+## 3. Lost heartbeats
+
+`standard("flaky-network", loss=...)` drops each renewal with probability `p` (nobody dies here, so every
+reclaim is a false one). With a fixed-rate heartbeat, a lock lapses when `k = floor(L / B)` renewals in a row are
+lost: 3 for 30/10, 6 for 30/5. For a job that lives through `n` renewals, the chance of such a run is computed
+exactly by `analytic.run_probability(n, k, p)` (and, tick by tick as the engine runs, by
+`analytic.lost_renewal_lapse_probability`).
+
+First, what it looks like:
+"""),
+    code("""
+lossy = simulate(standard("flaky-network", loss=0.4, jobs=2, duration=240.0, workers=3), LeasePolicy(30, 10, 5),
+                 seed=SEED)
+plots.timeline(lossy, title="40% of renewals lost: the lease lapses under a live worker");
+"""),
+    md("""
+Lost renewals never reach Redis, so they leave no tick: the gaps between ticks on worker 0's lock are the lost
+ones. Now the rate, for the first run of each 300 s job:
+"""),
+    code("""
+def first_run_false_reclaims(run):
+    firsts = [a for a in run.attempts if a.attempt == 1]
+    return sum(a.false_reclaim for a in firsts), len(firsts)
+
+
+rows = []
+for beat in (10.0, 5.0):
+    k = analytic.losses_to_lapse(30.0, beat)
+    for p in (0.1, 0.2, 0.3, 0.4):
+        lost = total = 0
+        for r in range(2):
+            run = simulate(standard("flaky-network", loss=p), LeasePolicy(30, beat, 5), seed=SEED, replication=r)
+            f, n = first_run_false_reclaims(run)
+            lost, total = lost + f, total + n
+        rows.append(
+            {
+                "lease/beat": f"30/{beat:g}",
+                "losses that lapse it (k)": k,
+                "loss p": p,
+                "simulated": lost / total,
+                "jobs": total,
+                "theory": round(analytic.lost_renewal_lapse_probability(30.0, beat, 300.0, p), 3),
+                "run_probability(300/B, k, p)": round(analytic.run_probability(int(300 / beat), k, p), 3),
+            }
+        )
+pd.DataFrame(rows)
+"""),
+    md("""
+With a heartbeat every 10 s (`k = 3`), a network that loses 10% of requests already costs a few percent of
+5-minute jobs; at 30% loss, around 40% of them. Renewing every 5 s (`k = 6`) makes the same network far less harmful,
+for twice the renewal traffic. (Each simulated fraction comes from 40 jobs, so expect noise of several percentage points.)
+
+## 4. The token check and fencing
+
+When a live worker's job is taken, two workers run it. What stops both results from counting is the **token**:
+each take writes a fresh token into the lock, and `moveToFinished` only accepts a finish from the worker whose
+token is still there. The timeout reaper's usual design has no such check. `TimeoutPolicy(fenced=True)` adds
+one (the take sets a lock with no expiry; the reaper deletes it), so we can compare the three:
+"""),
+    code("""
+cases = {
+    "timeout, no token check": (standard("slow-alive", horizon=3600.0), TimeoutPolicy(600, 5)),
+    "timeout + token check": (standard("slow-alive", horizon=3600.0), TimeoutPolicy(600, 5, fenced=True)),
+    "lease, frozen 45 s": (standard("frozen", freeze_for=45.0), LeasePolicy(30, 10, 5)),
+}
+rows = []
+for label, (scenario, policy) in cases.items():
+    run = simulate(scenario, policy, seed=SEED)
+    s = summarize(run)
+    stale = [a for a in run.attempts if a.reclaimed_at is not None or a.failed_at is not None]
+    rows.append(
+        {
+            "case": label,
+            "runs of the job": s.attempts,
+            "finishes accepted": sum(a.finish_result == "accepted" for a in run.attempts),
+            "finishes rejected": s.finishes_rejected,
+            "job completed": s.completed_jobs == 1,
+            "work by workers whose job was taken (s)": sum(a.work_done for a in stale),
+        }
+    )
+pd.DataFrame(rows)
+"""),
+    md("""
+* **Timeout, no token check**: the stale finish is accepted, and the job **completes twice**.
+* **Timeout with a token check**: now the 15-minute job **never completes**. Every run is taken back at
+  10 minutes, before it can finish, and every late finish is rejected; the job goes round until the run stops
+  after an hour. The token makes the timeout's mistake safe, but cannot make it right: only a timeout longer
+  than the job, or a lease, lets it finish.
+* **Lease, frozen worker**: the stale finish is rejected and the job completes **once**.
+
+But look at the last column: the workers whose job was taken still did the work. If that work had effects
+outside the queue (a row written, an email sent, a card charged), a token check on the *queue* comes too late to
+stop them. That is Kleppmann's point about locks: a lease alone cannot stop a paused holder from acting on stale
+ownership. The fix is a **fencing token**: a number that grows with every take, passed along with each write,
+which the *downstream* system checks, refusing writes that carry an older number than one it has seen. The queue
+can supply the number (the job's attempt count `ats`); the systems the job writes to must check it.
+
+## 5. When the port is wrong
+
+Two bugs that real ports have had, written as five-line policies. A wrong key prefix in the renewal call makes
+every renewal fail; a sweep that never runs leaves dead workers' jobs hostage.
+"""),
+    code("""
+from emqsim.protocol import SweepReply
+
+
+class BrokenRenewal(LeasePolicy):
+    \"\"\"Every renewal fails (e.g. it renews `bull:{q}:<id>:lock` while the lock is `emq:{q}:<id>:lock`).\"\"\"
+
+    def renew(self, queue, held, now_ms):
+        return [job for job, _ in held]
+
+
+class BrokenSweep(LeasePolicy):
+    \"\"\"The sweep never does anything.\"\"\"
+
+    def sweep(self, queue, now_ms):
+        return SweepReply(skipped=True)
+
+
+broken = {
+    "broken renewal, slow-alive": simulate(standard("slow-alive", duration=300.0), BrokenRenewal(30, 10, 5), seed=SEED),
+    "broken sweep, fast-dead": simulate(standard("fast-dead", horizon=600.0), BrokenSweep(30, 10, 5), seed=SEED),
+}
+fig, axes = plt.subplots(2, 1, figsize=(10, 5.5), layout="constrained")
+for ax, (label, run) in zip(axes, broken.items()):
+    plots.timeline(run, ax=ax, legend=False, title=f"{label}: {plots.verdict(run).text}")
+"""),
+    md("""
+With broken renewals every job longer than one lease is taken from its live worker (and, past `max_stalled`,
+failed). With a broken sweep the dead worker's job is never recovered. Both look fine on short jobs and healthy
+workers, which is why tests need the slow-alive and fast-dead cases.
+
+## Summary
+
+| failure | what the lease does | mitigation |
+|---|---|---|
+| freeze longer than `L - B` | takes the live worker's job | keep pauses short (renew off the main loop), longer `L` |
+| `k = floor(L/B)` renewals lost in a row | takes the live worker's job | shorter `B` (larger `k`) |
+| stale worker finishes late | token check rejects the finish | keep the token check in `moveToFinished` |
+| stale worker writes elsewhere | nothing: a lease cannot stop it | fencing token checked downstream |
+| renewal or sweep broken | false reclaims / hostages | test slow-alive and fast-dead cases |
+"""),
+]
+
+# -------------------------------------------------------------------------------------------------------------
+NB4 = [
+    md("""
+# Real systems on the same workload
+
+Job systems differ mainly in which rule they use to find dead workers and in their defaults.
+`emqsim.presets` encodes the defaults of several real systems, each with the source it comes from, as ready-made
+policies. This notebook runs them all on the same workloads.
+
+A caveat: a preset models the *reclaim rule* of a system on emqsim's Redis queue, not the whole system. SQS and
+Pub/Sub, for instance, keep their timers on the server; here they become a reaper that scans every second.
+"""),
+    code(
+        SETUP
+        + """
+from emqsim.presets import PRESETS, preset, presets_table
+"""
+    ),
+    code("""
+pd.DataFrame(presets_table())[["name", "system", "mechanism", "lease", "beat", "timeout", "scan", "source"]]
+"""),
+    md("""
+## The two test cases
+
+The slow-but-alive worker (a 15-minute job) and the fast-but-dead worker (killed 1 s into a 60 s job) from
+notebook 01, under each system's defaults:
+"""),
+    code("""
+rows = []
+for name, p in PRESETS.items():
+    row = {"preset": name, "rule": p.mechanism}
+    for kind in ("slow-alive", "fast-dead"):
+        run = simulate(standard(kind), p.policy(), seed=SEED)
+        verdict = plots.verdict(run)
+        row[kind] = ("ok: " if verdict.good else "WRONG: ") + verdict.text
+    rows.append(row)
+pd.DataFrame(rows)
+"""),
+    md("""
+The lease-based systems (BullMQ, EchoMQ, the Kubernetes node lease) leave the 15-minute job alone and recover the
+dead worker's job within a minute. Every timeout-based default gets at least one case wrong: SQS's 30 s
+visibility timeout takes the live job again and again (and even the 60 s job of the fast-dead case, once it runs
+on the surviving worker); Celery, Faktory and Oban wait 30 to 60 minutes for the dead one.
+
+Note that the timeout-based systems *could* pass the slow-alive case with a longer timeout, and the fast-dead one
+with a shorter timeout, but not both: SQS's answer is `ChangeMessageVisibility`, which turns its timeout into a
+lease if the worker calls it as a heartbeat.
+
+## A realistic workload
+
+The `production` scenario: 8 workers with 4 slots each, heavy-tailed job durations (median 20 s), random crashes
+with restarts, short GC-like pauses. Two replications per preset, common random numbers (every preset sees the
+same jobs and the same faults).
+"""),
+    code("""
+workload = standard("production", jobs=120)
+rows = []
+for name, p in PRESETS.items():
+    summaries = [summarize(simulate(workload, p.policy(), seed=SEED, replication=r)) for r in range(2)]
+    rows.append(aggregate(summaries, label=name))
+table = to_frame(rows)
+table[["label", "false_reclaim_rate", "detection_latency_mean", "detection_latency_max", "undetected",
+       "duplicate_completions", "redis_commands_per_s"]].round(3)
+"""),
+    code("""
+ax = plots.frontier(
+    rows,
+    title="Real defaults on one workload: the leases recover fast with no false reclaims",
+)
+ax.figure.set_size_inches(9, 5.5)
+"""),
+    md("""
+(Every preset is a point here: the orange timeout *curve* only appears for plain `TimeoutPolicy` rows.)
+
+## What if you change the defaults?
+
+`preset(name, **overrides)` keeps a system's derived rules: `preset("bullmq", lease=10)` also shortens the
+LockManager's tick to a quarter of the lease. Two experiments:
+
+* Celery with a 10-minute visibility timeout instead of an hour: faster recovery, but the long jobs now run twice.
+* BullMQ with a 10 s lock and a 10 s stalled interval: faster recovery, a bit more Redis traffic.
+"""),
+    code("""
+variants = {
+    "celery-redis (1 h)": preset("celery-redis"),
+    "celery-redis, 10 min": preset("celery-redis", timeout=600),
+    "bullmq (30 s lock, 30 s sweep)": preset("bullmq"),
+    "bullmq, 10 s lock, 10 s sweep": preset("bullmq", lease=10, scan=10),
+}
+rows = []
+for label, policy in variants.items():
+    summaries = [summarize(simulate(workload, policy, seed=SEED, replication=r)) for r in range(2)]
+    rows.append(aggregate(summaries, label=label))
+to_frame(rows)[["label", "false_reclaim_rate", "detection_latency_mean", "duplicate_completions",
+                "redis_commands_per_s"]].round(3)
+"""),
+    md("""
+## Summary
+
+* On the same workload, the lease-and-heartbeat systems are the only ones that neither take live jobs nor leave
+  dead workers' jobs waiting for long.
+* The timeout-based defaults are tuned for one side of the trade-off: SQS for quick recovery (and it takes long
+  jobs away unless the worker extends the visibility timeout), Celery, Faktory and Oban for long jobs (and a
+  crashed worker's job waits 30 to 60 minutes).
+* Any of them can be re-tuned with `preset(name, **overrides)` and compared with the same seeds.
+"""),
+]
+
+NOTEBOOKS = {
+    "01-timeout-vs-lease.ipynb": NB1,
+    "02-tuning.ipynb": NB2,
+    "03-where-leases-fail.ipynb": NB3,
+    "04-real-systems.ipynb": NB4,
+}
+
+
+def build(folder: Path = HERE) -> list[Path]:
+    paths = []
+    for name, cells in NOTEBOOKS.items():
+        nb = new_notebook(cells=cells)
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nb.metadata["language_info"] = {"name": "python"}
+        for i, cell in enumerate(nb.cells):
+            cell.id = f"{name[:2]}-{i:02d}"  # stable ids: rebuilding an unchanged notebook changes no bytes
+        path = folder / name
+        nbformat.write(nb, path)
+        paths.append(path)
+    return paths
+
+
+if __name__ == "__main__":
+    for p in build(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE):
+        print(p)

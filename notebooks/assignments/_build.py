@@ -1,0 +1,1255 @@
+"""Build the assignment notebooks (nbgrader SOURCE versions, with solutions) from this one file.
+
+    python notebooks/assignments/_build.py
+
+Edit the cells here, rebuild, and commit both. Cell metadata follows nbgrader 0.9 (schema 3): `solution(...)`
+cells hold `### BEGIN SOLUTION` regions, `tests(...)` cells are autograded (hidden tests between
+`### BEGIN HIDDEN TESTS` / `### END HIDDEN TESTS`), `answer(...)` cells are graded by hand, `readonly(...)`
+cells are locked (nbgrader restores them before autograding). tests/test_assignments.py grades every notebook.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+HERE = Path(__file__).resolve().parent
+
+
+def _nbgrader(grade_id: str, *, grade: bool, solution: bool, locked: bool, points: float | None = None) -> dict:
+    meta = {"grade": grade, "grade_id": grade_id, "locked": locked, "schema_version": 3, "solution": solution}
+    if points is not None:
+        meta["points"] = points
+    return {"nbgrader": meta}
+
+
+def md(text: str):
+    return new_markdown_cell(text.strip("\n"))
+
+
+def code(text: str):
+    return new_code_cell(text.strip("\n"))
+
+
+def readonly(grade_id: str, text: str):
+    """A locked cell: students cannot edit it, and nbgrader restores it before grading."""
+    cell = code(text)
+    cell.metadata.update(_nbgrader(grade_id, grade=False, solution=False, locked=True))
+    return cell
+
+
+def solution(grade_id: str, text: str):
+    """A cell the student completes; its `### BEGIN SOLUTION` regions become `raise NotImplementedError()`."""
+    cell = code(text)
+    cell.metadata.update(_nbgrader(grade_id, grade=False, solution=True, locked=False))
+    return cell
+
+
+def tests(grade_id: str, points: float, text: str):
+    """An autograded test cell worth `points`: full points unless it raises (or writes to stderr)."""
+    cell = code(text)
+    cell.metadata.update(_nbgrader(grade_id, grade=True, solution=False, locked=True, points=points))
+    return cell
+
+
+def answer(grade_id: str, points: float, text: str):
+    """A free-text answer graded by hand; the model answer sits in a solution region."""
+    cell = md(text)
+    cell.metadata.update(_nbgrader(grade_id, grade=True, solution=True, locked=False, points=points))
+    return cell
+
+
+# =============================================================================================================
+NB1 = [
+    md("""
+# Assignment 1: how long does a dead worker hold its job?
+
+**Expected time:** about 60 minutes. **Points:** 6 autograded + 2 graded by hand.
+
+A job queue gives each job to one worker. When that worker dies, nobody tells the queue: the queue must notice
+on its own and give the job to someone else. The time from the crash until the job is back in the queue is the
+**detection latency** $T_D$ (Chen, Toueg and Aguilera call it the *detection time* of a failure detector).
+
+In this assignment you **predict** $T_D$ for a queue that uses a lease renewed by a heartbeat, on paper, and
+then **check your prediction** with the simulator `emqsim`.
+
+**What to hand in.** Fill in every cell that says `# YOUR CODE HERE` (delete the `raise NotImplementedError()`
+line) and the cell that says `YOUR ANSWER HERE`. Run the test cell below each answer: a test that passes prints
+nothing or a short confirmation; a failing test raises an `AssertionError` saying what is wrong. Some tests are
+hidden: your instructor runs more checks of the same kind when grading, so make your functions work for *any*
+sensible input, not just the numbers used here. Check your whole notebook with
+
+    python -m emqsim grade 01-detection-latency.ipynb
+
+which runs it from the top and prints your points.
+"""),
+    md("""
+## The model
+
+The queue (like BullMQ and its port EchoMQ) protects a job with a **lock that expires by itself**:
+
+1. When a worker takes a job, Redis stores a lock key with a time-to-live of $L$ seconds (the **lease**).
+2. While the worker is alive it renews the lock every $B$ seconds (the **heartbeat**); each renewal sets the
+   time-to-live back to $L$.
+3. A separate **reaper** process looks at the jobs in progress every $S$ seconds (the **sweep**) and puts back
+   any job whose lock has disappeared.
+
+The timers run independently: the worker may crash at any moment between two renewals, and the reaper's sweeps
+are not synchronised with either. In this assignment the sweep is *single-phase*: one sweep that finds a lock
+missing takes the job back at once.
+
+Our queue runs with $L = 20$ s, $B = 4$ s, $S = 8$ s.
+"""),
+    readonly(
+        "setup",
+        """
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from emqsim import LeasePolicy, Uniform, simulate, standard
+from emqsim.stats import mean_ci, summarize
+
+LEASE, BEAT, SCAN = 20.0, 4.0, 8.0  # seconds: our queue's settings
+
+
+def crash_scenario(beat):
+    \"\"\"One job on two workers; the worker that takes it is killed at a uniformly random moment after its
+    first heartbeat, so the crash falls anywhere between two renewals.\"\"\"
+    return standard("fast-dead", die_after=Uniform(beat, beat + 40.0), duration=beat + 60.0, workers=2)
+""",
+    ),
+    md("""
+## Question 1 (2 points): predict the detection latency
+
+Think about one crash. Let $u$ be the time between the worker's last renewal and its crash.
+
+* Right after the crash the lock still has $L - u$ seconds to live. Since the crash can fall anywhere between two
+  renewals, $u$ is uniformly distributed on $(0, B)$.
+* Once the lock is gone, the job waits for the reaper's next sweep, which comes after a further time that is
+  uniformly distributed on $(0, S)$.
+
+Write `predict_detection(lease, beat, scan)` returning a tuple `(mean, lowest, highest)`: the expected detection
+latency and the smallest and largest values it can take, in seconds.
+"""),
+    solution(
+        "q1-predict",
+        """
+def predict_detection(lease, beat, scan):
+    \"\"\"(mean, lowest, highest) detection latency in seconds, for a lease renewed every `beat` seconds and a
+    single-phase sweep run by a dedicated reaper every `scan` seconds.\"\"\"
+    ### BEGIN SOLUTION
+    mean = lease - beat / 2 + scan / 2  # the lock lives L - u more seconds, u ~ U(0, B); then wait U(0, S)
+    return mean, lease - beat, lease + scan
+    ### END SOLUTION
+
+
+predict_detection(LEASE, BEAT, SCAN)
+""",
+    ),
+    tests(
+        "q1-predict-tests",
+        2,
+        """
+prediction = predict_detection(30.0, 10.0, 5.0)
+assert len(prediction) == 3, "return a tuple (mean, lowest, highest)"
+mean, lowest, highest = prediction
+assert lowest < mean < highest, "the mean must lie between the lowest and the highest value"
+assert math.isclose(mean, 27.5), f"lease 30, beat 10, sweep 5: the mean is not {mean}"
+assert math.isclose(lowest, 20.0) and math.isclose(highest, 35.0), "check the bounds for lease 30, beat 10, sweep 5"
+### BEGIN HIDDEN TESTS
+for lease, beat, scan in [(20.0, 4.0, 8.0), (45.0, 15.0, 10.0), (12.0, 3.0, 1.0), (60.0, 5.0, 30.0)]:
+    mean, lowest, highest = predict_detection(lease, beat, scan)
+    assert math.isclose(mean, lease - beat / 2 + scan / 2), (lease, beat, scan, mean)
+    assert math.isclose(lowest, lease - beat), (lease, beat, scan, lowest)
+    assert math.isclose(highest, lease + scan), (lease, beat, scan, highest)
+### END HIDDEN TESTS
+print("Question 1: all visible tests pass")
+""",
+    ),
+    md("""
+## Question 2 (2 points): measure it
+
+Now measure the same thing in the simulator. Write `detection_latencies(lease, beat, scan, replications, seed)`
+that returns a list with one detection latency per simulated crash:
+
+* the policy is `LeasePolicy(lease, beat, scan, two_phase=False, swept_by="reaper")` (single-phase sweep, run
+  by a dedicated reaper, as in our model);
+* the scenario is `crash_scenario(beat)` (defined above);
+* run `simulate(scenario, policy, seed=seed, replication=r)` for `r = 0, 1, ..., replications - 1`. The same
+  `(seed, replication)` always gives the same run, so your results are reproducible;
+* `summarize(run).detection_latencies` is the list of detection latencies in one run (here: one crash per run).
+"""),
+    solution(
+        "q2-simulate",
+        """
+def detection_latencies(lease, beat, scan, replications=200, seed=0):
+    \"\"\"One simulated detection latency (seconds) per crash, over `replications` runs.\"\"\"
+    ### BEGIN SOLUTION
+    policy = LeasePolicy(lease, beat, scan, two_phase=False, swept_by="reaper")
+    scenario = crash_scenario(beat)
+    latencies = []
+    for r in range(replications):
+        run = simulate(scenario, policy, seed=seed, replication=r)
+        latencies.extend(summarize(run).detection_latencies)
+    return latencies
+    ### END SOLUTION
+""",
+    ),
+    tests(
+        "q2-simulate-tests",
+        2,
+        """
+lat = detection_latencies(LEASE, BEAT, SCAN, replications=200, seed=1)
+assert len(lat) == 200, f"expected one latency per run (200), got {len(lat)}"
+mean, lowest, highest = LEASE - BEAT / 2 + SCAN / 2, LEASE - BEAT, LEASE + SCAN
+slack = 0.05  # the simulated network adds a few milliseconds per round trip
+assert all(lowest - slack <= x <= highest + slack for x in lat), "some latencies lie outside [L - B, L + S]"
+assert abs(np.mean(lat) - mean) < 1.0, f"the simulated mean {np.mean(lat):.2f} is far from {mean}"
+### BEGIN HIDDEN TESTS
+lat = detection_latencies(45.0, 15.0, 10.0, replications=150, seed=77)
+assert len(lat) == 150
+assert all(30.0 - slack <= x <= 55.0 + slack for x in lat)
+assert abs(np.mean(lat) - 42.5) < 1.5
+assert min(lat) < 33.0 and max(lat) > 52.0, "the latencies should spread over the whole range"
+### END HIDDEN TESTS
+print("Question 2: all visible tests pass")
+""",
+    ),
+    md("""
+### Look at the distribution
+
+The cell below simulates 300 crashes and draws their detection latencies next to your prediction. The shape is
+the sum of two uniform waits (the rest of the lease, and the wait for the sweep): a trapezoid.
+"""),
+    code("""
+latencies = detection_latencies(LEASE, BEAT, SCAN, replications=300, seed=2024)
+mean, lowest, highest = predict_detection(LEASE, BEAT, SCAN)
+
+fig, ax = plt.subplots(figsize=(7, 3))
+ax.hist(latencies, bins=30, color="tab:blue", alpha=0.7, label="simulated crashes")
+ax.axvline(mean, color="black", label=f"predicted mean {mean:g} s")
+ax.axvspan(lowest, highest, color="tab:orange", alpha=0.15, label="predicted range")
+ax.set_xlabel("detection latency (s)")
+ax.set_ylabel("crashes")
+ax.legend(loc="upper left", fontsize=8)
+plt.show()
+print(f"simulated mean {np.mean(latencies):.2f} s, min {min(latencies):.2f} s, max {max(latencies):.2f} s")
+"""),
+    md("""
+## Question 3 (1 point): is the difference just noise?
+
+The simulated mean is never exactly the predicted one: 300 crashes are a sample. Use
+`mean_ci(values)` (from `emqsim.stats`; it returns `(mean, low, high)`, a 95% confidence interval for the mean)
+on `latencies` from the cell above. Set `ci_low` and `ci_high` to the interval's ends, and `prediction_inside`
+to `True` if the predicted mean lies inside the interval, else `False`.
+"""),
+    solution(
+        "q3-ci",
+        """
+### BEGIN SOLUTION
+_, ci_low, ci_high = mean_ci(latencies)
+prediction_inside = ci_low <= predict_detection(LEASE, BEAT, SCAN)[0] <= ci_high
+### END SOLUTION
+print(f"95% CI of the mean: [{ci_low:.2f}, {ci_high:.2f}] s; prediction inside: {prediction_inside}")
+""",
+    ),
+    tests(
+        "q3-ci-tests",
+        1,
+        """
+expected = mean_ci(detection_latencies(LEASE, BEAT, SCAN, replications=300, seed=2024))
+assert math.isclose(ci_low, expected[1]) and math.isclose(ci_high, expected[2]), "use mean_ci(latencies)"
+assert prediction_inside == (ci_low <= LEASE - BEAT / 2 + SCAN / 2 <= ci_high)
+assert prediction_inside in (True, False), "prediction_inside should be True or False"
+print("Question 3: all visible tests pass")
+""",
+    ),
+    md("""
+## Question 4 (1 point): size the lease for a target
+
+The on-call team asks: *"after a worker dies, its job must be back in the queue within `worst_case` seconds,
+always"*. The sweep period is fixed by the platform (`scan`). Write `largest_lease(worst_case, scan)` that returns
+the longest lease meeting the target (ignore the few milliseconds the network adds). Longer leases are better
+here: they tolerate longer hiccups of a live worker.
+
+The test then runs 200 crashes with that lease, a heartbeat of a third of it, and the given sweep period.
+"""),
+    solution(
+        "q4-size",
+        """
+def largest_lease(worst_case, scan):
+    \"\"\"The longest lease (seconds) whose worst-case detection latency is at most `worst_case`.\"\"\"
+    ### BEGIN SOLUTION
+    return worst_case - scan  # the worst case is L + S, whatever the heartbeat
+    ### END SOLUTION
+
+
+largest_lease(20.0, 5.0)
+""",
+    ),
+    tests(
+        "q4-size-tests",
+        1,
+        """
+lease = largest_lease(20.0, 5.0)
+assert lease > 0, "the lease must be positive"
+assert abs(lease - 15.0) < 0.1, f"a lease of {lease} s is not the longest one that meets a 20 s target"
+worst = max(detection_latencies(lease, lease / 3, 5.0, replications=200, seed=5))
+assert worst <= 20.0 + 0.05, f"a crash took {worst:.2f} s to detect"
+### BEGIN HIDDEN TESTS
+assert abs(largest_lease(60.0, 10.0) - 50.0) < 0.1
+assert abs(largest_lease(9.0, 1.5) - 7.5) < 0.1
+### END HIDDEN TESTS
+print(f"Question 4: all visible tests pass (worst simulated detection {worst:.2f} s)")
+""",
+    ),
+    md("""
+## Question 5 (2 points, graded by hand)
+
+With our settings the mean detection latency ($L - B/2 + S/2 = 22$ s) is *longer* than the lease; with
+$L = 30$, $B = 10$, $S = 5$ it is *shorter*. In three or four sentences: where do the $-B/2$ and the $+S/2$ come
+from, and which of the three knobs would you turn to cut the **worst case** without sending more heartbeats
+to Redis? Say what that costs.
+"""),
+    answer(
+        "q5-explain",
+        2,
+        """
+### BEGIN SOLUTION
+*Model answer.* The last renewal happened on average $B/2$ before the crash (the crash is uniform between two
+renewals), so the lock has already used $B/2$ of its lease when the worker dies: it vanishes $L - u$ after the
+crash, $L - B/2$ on average. After that the job waits for the next sweep, uniform on $(0, S)$: $S/2$ on average.
+The worst case is $L + S$ and does not involve $B$, so sweeping more often (smaller $S$) cuts it without any
+extra heartbeats. A sweep is one scan of the `active` list for the whole queue every $S$ seconds, so the cost is
+a little more Redis work per queue, not per job; shortening $L$ instead would force a shorter $B$ too (more
+renewals per job) to keep $L/B \\ge 3$.
+
+*Grading:* 1 point for explaining both terms (uniform position of the crash between renewals; uniform wait for
+the sweep), 1 point for naming the sweep period with its cost.
+### END SOLUTION
+""",
+    ),
+]
+
+
+# =============================================================================================================
+NB2 = [
+    md("""
+# Assignment 2: tune a lease for workers that pause
+
+**Expected time:** about 90 minutes. **Points:** 8 autograded + 2 graded by hand.
+
+Our workers run on a garbage-collected runtime. Now and then a worker **freezes** (a stop-the-world GC pause):
+it neither works nor sends heartbeats, then resumes as if nothing happened. If a pause outlasts what is left of
+the lease, the lock lapses, the reaper takes the job back, and another worker runs it again: a **false
+reclaim** (the worker was not dead). Short leases find crashed workers fast but falsely reclaim paused ones;
+long leases do the opposite.
+
+Your job: pick a lease $L$ and a heartbeat period $B$ that keep false reclaims within the budget while finding
+dead workers as fast as possible. The grader runs your choice on **seeds you do not see**.
+
+**The facts** (set by the platform team, do not change them):
+
+* pauses: about 120 per worker-hour, lengths log-normal with median 1 s and $\\sigma = 1$ (`PAUSES` below);
+* jobs take 30 s each; workers crash too (and are restarted), so there are dead workers to detect;
+* the reaper runs a single-phase sweep every `SCAN` = 2 s;
+* Redis load: a worker may send at most one heartbeat every `MIN_BEAT` = 2 s, so $B \\ge 2$;
+* **budget:** at most 1 false reclaim per 100 jobs, *with 95% confidence*: the upper end of the 95% confidence
+  interval of the false-reclaim rate must be at most `BUDGET` = 0.01;
+* **goal:** the mean detection latency (crash to reclaim) must be at most `TARGET_LATENCY` = 17 s.
+
+Fill in every `# YOUR CODE HERE` and the `YOUR ANSWER HERE` cell; check everything with
+`python -m emqsim grade 02-tuning-under-pauses.ipynb`.
+"""),
+    readonly(
+        "setup",
+        """
+import math
+
+import numpy as np
+
+from emqsim import Fixed, LeasePolicy, LogNormal, RandomFaults, Scenario, simulate
+from emqsim.stats import aggregate, summarize
+
+PAUSES = LogNormal(median=1.0, sigma=1.0)  # GC pause lengths, seconds
+FREEZE_RATE = 120.0  # pauses per worker-hour
+JOB_SECONDS = 30.0
+SCAN = 2.0  # the reaper's sweep period (s)
+MIN_BEAT = 2.0  # at most one heartbeat every 2 s
+BUDGET = 0.01  # false reclaims per job: upper end of the 95% CI
+TARGET_LATENCY = 17.0  # seconds, mean detection latency
+PRACTICE_SEEDS = [1]  # use these while exploring; the grader uses others
+
+
+def gc_scenario(jobs=200):
+    \"\"\"Four workers and `jobs` 30-second jobs; workers pause (GC) and sometimes crash (restarted after 5 s).\"\"\"
+    return Scenario(
+        name="gc-pauses",
+        workers=4,
+        jobs=jobs,
+        duration=Fixed(JOB_SECONDS),
+        random_faults=RandomFaults(
+            crash_rate=10.0, restart_after=5.0, freeze_rate=FREEZE_RATE, freeze_duration=PAUSES
+        ),
+    )
+
+
+def lease_policy(lease, beat):
+    \"\"\"Our queue's policy: your lease and heartbeat, the platform's sweep.\"\"\"
+    return LeasePolicy(lease, beat, SCAN, two_phase=False, swept_by="reaper")
+
+
+def evaluate(lease, beat, seeds, replications=8):
+    \"\"\"Simulate `replications` runs of `gc_scenario()` per seed and pool them into one table row (a dict).
+    Useful keys: false_reclaim_rate, false_reclaim_rate_ci ([low, high]), detection_latency_mean, detections.\"\"\"
+    policy = lease_policy(lease, beat)
+    scenario = gc_scenario()
+    summaries = [
+        summarize(simulate(scenario, policy, seed=seed, replication=r, record_locks=False))
+        for seed in seeds
+        for r in range(replications)
+    ]
+    return aggregate(summaries)
+
+
+def show(row):
+    low, high = row["false_reclaim_rate_ci"]
+    print(
+        f"lease {row['lease']:5.2f} s  beat {row['beat']:4.2f} s | false reclaims {row['false_reclaims']:3d} "
+        f"of {row['jobs']} jobs, rate {row['false_reclaim_rate']:.4f} (95% CI {low:.4f}..{high:.4f}) | "
+        f"mean detection {row['detection_latency_mean']:.2f} s over {row['detections']} crashes"
+    )
+""",
+    ),
+    md("""
+## How a pause becomes a false reclaim
+
+The renewal is *token-checked*: it only extends a lock that still exists and still holds the worker's token
+(BullMQ's `extendLock`). So once a lock has lapsed it can never be renewed again, and the reaper will take the
+job back at its next sweep, even if the worker resumed in the meantime.
+
+A pause of length $P$ that starts $u$ seconds after the worker's last renewal lapses the lock if and only if
+$u + P > L$. The pause starts at a random moment, so $u$ is uniform on $(0, B)$. Hence one pause lapses the
+lease with probability
+
+$$p(L, B) = \\frac{1}{B}\\int_0^B G(L - u)\\,du, \\qquad G(x) = P(\\text{pause} > x).$$
+
+Every distribution in emqsim has a method `survival(x)` that returns $G(x)$, e.g. `PAUSES.survival(5.0)`.
+
+## Question 1 (2 points): the lapse probability of one pause
+
+Write `p_lapse(lease, beat, pauses)`: the probability that one pause drawn from `pauses` lapses a lease of
+`lease` seconds renewed every `beat` seconds. Compute the integral numerically: `scipy.integrate.quad`, or the
+average of $G(L - u)$ over a fine grid of $u$ values in $(0, B)$, both work (each `survival` call takes about a
+millisecond, so a few hundred points is plenty).
+"""),
+    solution(
+        "q1-p-lapse",
+        """
+from scipy import integrate
+
+
+def p_lapse(lease, beat, pauses):
+    \"\"\"P(one pause lapses the lease): the mean of G(lease - u) over u uniform on (0, beat).\"\"\"
+    ### BEGIN SOLUTION
+    value, _ = integrate.quad(lambda u: pauses.survival(lease - u), 0.0, beat)
+    return value / beat
+    ### END SOLUTION
+
+
+print(f"p_lapse(10, 2) = {p_lapse(10.0, 2.0, PAUSES):.5f}")
+""",
+    ),
+    tests(
+        "q1-p-lapse-tests",
+        2,
+        """
+def reference(lease, beat, pauses, n=2000):
+    u = (np.arange(n) + 0.5) / n * beat
+    return float(np.mean([pauses.survival(lease - x) for x in u]))
+
+
+p = p_lapse(10.0, 2.0, PAUSES)
+assert 0.0 < p < 1.0, "a probability lies between 0 and 1"
+assert PAUSES.survival(10.0) <= p <= PAUSES.survival(8.0), "p must lie between G(L) and G(L - B)"
+assert math.isclose(p, reference(10.0, 2.0, PAUSES), rel_tol=1e-3), f"p_lapse(10, 2) = {p} looks wrong"
+assert p_lapse(20.0, 2.0, PAUSES) < p < p_lapse(10.0, 5.0, PAUSES), "longer leases lapse less, longer beats more"
+### BEGIN HIDDEN TESTS
+from emqsim import Exponential, Uniform
+
+for lease, beat, pauses in [
+    (15.0, 2.0, PAUSES),
+    (30.0, 10.0, PAUSES),
+    (8.0, 3.0, Exponential(2.0)),
+    (6.0, 2.0, Uniform(0.0, 7.0)),
+    (12.0, 4.0, LogNormal(0.5, 1.5)),
+]:
+    got, want = p_lapse(lease, beat, pauses), reference(lease, beat, pauses)
+    assert math.isclose(got, want, rel_tol=2e-3, abs_tol=1e-6), (lease, beat, pauses, got, want)
+### END HIDDEN TESTS
+print("Question 1: all visible tests pass")
+""",
+    ),
+    md("""
+## Question 2 (2 points): from one pause to the whole fleet
+
+1. Set `PAUSES_PER_JOB` to the expected number of pauses that hit a job while it runs. (Pauses arrive at
+   `FREEZE_RATE` per worker-hour, and a worker runs one job at a time, for `JOB_SECONDS`.)
+2. Write `predicted_false_rate(lease, beat)`: the expected number of false reclaims per job. (Pauses are rare
+   and mostly short, so treat them as independent: each one lapses the lease with probability `p_lapse`.)
+3. Write `predicted_latency(lease, beat)`: the mean detection latency of a crash, from Assignment 1, with this
+   queue's sweep period `SCAN`.
+"""),
+    solution(
+        "q2-predict",
+        """
+### BEGIN SOLUTION
+PAUSES_PER_JOB = FREEZE_RATE / 3600 * JOB_SECONDS
+
+
+def predicted_false_rate(lease, beat):
+    return PAUSES_PER_JOB * p_lapse(lease, beat, PAUSES)
+
+
+def predicted_latency(lease, beat):
+    return lease - beat / 2 + SCAN / 2
+
+
+### END SOLUTION
+print(f"{PAUSES_PER_JOB = }")
+for lease, beat in [(30.0, 10.0), (8.0, 2.0)]:
+    print(
+        f"lease {lease:g} s, beat {beat:g} s: {predicted_false_rate(lease, beat):.4f} false reclaims per job, "
+        f"mean detection {predicted_latency(lease, beat):g} s"
+    )
+""",
+    ),
+    tests(
+        "q2-predict-tests",
+        2,
+        """
+assert math.isclose(PAUSES_PER_JOB, 1.0), f"{PAUSES_PER_JOB} pauses per job? count them per worker-second"
+assert math.isclose(predicted_false_rate(15.0, 2.0), p_lapse(15.0, 2.0, PAUSES), rel_tol=1e-9)
+assert math.isclose(predicted_latency(30.0, 10.0), 26.0), "mean detection: L - B/2 + S/2 with S = SCAN"
+### BEGIN HIDDEN TESTS
+assert math.isclose(predicted_latency(12.0, 3.0), 11.5)
+assert math.isclose(predicted_false_rate(30.0, 10.0), p_lapse(30.0, 10.0, PAUSES), rel_tol=1e-9)
+### END HIDDEN TESTS
+print("Question 2: all visible tests pass")
+""",
+    ),
+    md("""
+### Check the predictions against the simulator
+
+The next cell simulates two settings on the practice seeds: the common default (lease 30 s, beat 10 s) and an
+aggressive one (lease 8 s, beat 2 s). Compare each line with your predictions above. You may change this cell
+and run more settings while you explore (each `evaluate` call simulates 1600 jobs and takes a few seconds).
+"""),
+    code("""
+for lease, beat in [(30.0, 10.0), (8.0, 2.0)]:
+    show(evaluate(lease, beat, PRACTICE_SEEDS))
+"""),
+    md("""
+## Question 3 (4 points): choose the lease and the heartbeat
+
+Set `LEASE` and `BEAT` (seconds). Requirements, checked by the grader on its own seeds (two seeds, 3200 jobs):
+
+* `BEAT >= MIN_BEAT` and `BEAT < LEASE`;
+* the upper end of the 95% confidence interval of the false-reclaim rate is at most `BUDGET`;
+* the mean detection latency is at most `TARGET_LATENCY`.
+
+Hints. The rate the grader *measures* is your predicted rate plus noise, and the confidence interval's upper
+end sits above the measured rate: with 3200 jobs, a true rate of 0.5% gives an upper end around 0.8%. So aim
+your *prediction* well below the budget. Which heartbeat is best? For a fixed mean detection latency
+$L - B/2 + S/2$, compare $p(L, B)$ for a short and a long beat. Search with your formulas (fast), then confirm
+with `evaluate` (slow).
+"""),
+    solution(
+        "q3-choose",
+        """
+### BEGIN SOLUTION
+def shortest_safe_lease(beat, target_rate, step=0.05):
+    \"\"\"The shortest lease (on a `step` grid) whose predicted false-reclaim rate is at most `target_rate`.\"\"\"
+    low, high = beat + step, 120.0  # bisection: the rate falls as the lease grows
+    while high - low > step:
+        middle = (low + high) / 2
+        if predicted_false_rate(middle, beat) <= target_rate:
+            high = middle
+        else:
+            low = middle
+    return math.ceil(high / step) * step
+
+
+TARGET_RATE = 0.004  # leaves room for noise and for the confidence interval
+candidates = []
+for beat in [2.0, 3.0, 4.0, 6.0]:
+    lease = shortest_safe_lease(beat, TARGET_RATE)
+    candidates.append((predicted_latency(lease, beat), lease, beat))
+    print(f"beat {beat:g} s: shortest safe lease {lease:.2f} s, mean detection {candidates[-1][0]:.2f} s")
+_, LEASE, BEAT = min(candidates)  # the shortest beat wins: a pause is likeliest to lapse the lease late
+LEASE = round(LEASE, 2)
+### END SOLUTION
+print(f"chosen: lease {LEASE} s, beat {BEAT} s")
+show(evaluate(LEASE, BEAT, PRACTICE_SEEDS))
+""",
+    ),
+    tests(
+        "q3-choose-tests",
+        4,
+        """
+import warnings
+
+from emqsim import LeaseWarning
+
+assert MIN_BEAT <= BEAT < LEASE, "need MIN_BEAT <= BEAT < LEASE"
+
+
+def check(seeds):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LeaseWarning)
+        row = evaluate(LEASE, BEAT, seeds)
+    high = row["false_reclaim_rate_ci"][1]
+    assert high <= BUDGET, f"false reclaims over budget on seeds {seeds}: CI upper end {high:.4f} > {BUDGET}"
+    latency = row["detection_latency_mean"]
+    assert row["detections"] > 0 and latency <= TARGET_LATENCY, f"mean detection {latency:.2f} s is too slow"
+    return row
+
+
+check(PRACTICE_SEEDS)
+### BEGIN HIDDEN TESTS
+HIDDEN_SEEDS = [9173, 40221]  # instructors: change these each term (see README.md)
+check(HIDDEN_SEEDS)
+### END HIDDEN TESTS
+print("Question 3: the practice-seed checks pass")
+""",
+    ),
+    md("""
+## Question 4 (2 points, graded by hand)
+
+(a) Why does the grader compare the *upper end of the confidence interval* with the budget, rather than the
+false-reclaim rate it measured? (b) Suppose a new runtime version makes pauses heavier-tailed ($\\sigma = 1.5$,
+same median). Would you change `LEASE`, `BEAT`, or both, and in which direction? What does the change cost?
+"""),
+    answer(
+        "q4-explain",
+        2,
+        """
+### BEGIN SOLUTION
+*Model answer.* (a) The measured rate is a sample: with a few thousand jobs it can be well below the true rate by
+chance, so a setting that looks compliant on one set of seeds may not be. Requiring the upper 95% bound to be
+within budget means that the data would be unlikely if the true rate exceeded the budget: compliance is
+demonstrated rather than hoped for (and fresh seeds cannot be fitted to). (b) Heavier tails make long pauses
+more common, so $G(L - u)$ grows for every $L$: keep the shortest beat the budget allows (a short beat keeps
+$u$ small, which is always better for a fixed latency) and lengthen the lease until $p(L, B)$ is back within
+budget. The cost is slower detection of really dead workers: the mean detection latency grows one-for-one with
+$L$ (and renewal traffic stays at its maximum).
+
+*Grading:* 1 point for (a) (sampling noise / evidence of compliance), 1 point for (b) (longer lease, beat stays
+short, cost = detection latency).
+### END SOLUTION
+""",
+    ),
+]
+
+
+# =============================================================================================================
+NB3 = [
+    md("""
+# Assignment 3: write your own failure detector
+
+**Expected time:** about 2 hours. **Points:** 9 autograded + 2 graded by hand.
+
+A fixed timeout cannot tell a slow worker from a dead one. A lease renewed by a heartbeat can, because a live
+worker keeps *saying* it is alive. In this assignment you build a third kind of detector: one that **learns**
+how regular the heartbeats are and suspects a worker when its heartbeat is later than that history makes
+plausible. This is the idea of the **phi accrual failure detector** (Hayashibara et al., 2004; used by
+Cassandra and Akka):
+
+$$\\varphi(t) = -\\log_{10}\\bigl(1 - F(t - t_{\\text{last}})\\bigr),$$
+
+where $t_{\\text{last}}$ is the time of the last heartbeat and $F$ is the distribution of the gaps between
+heartbeats, estimated from the gaps seen so far. A job is taken back when $\\varphi$ exceeds a threshold (8 in
+Cassandra: a one-in-$10^8$ delay). A simpler variant, also accepted here: suspect when the silence exceeds
+the mean gap plus a few standard deviations (a *timeout learned from the gaps*).
+
+Your detector must beat the fixed timeouts on the standard scenarios:
+
+* `slow-alive` (a 15-minute job on a healthy worker): **fewer false reclaims** than `TimeoutPolicy(60)`;
+* `fast-dead` (the worker dies 1 s into its job): **lower detection latency** than `TimeoutPolicy(600)`;
+* and, in hidden tests, the same on other seeds and job lengths, no duplicate completions when a worker freezes,
+  and no more false reclaims than the standard lease when the network loses heartbeats.
+
+Check your notebook with `python -m emqsim grade 03-write-a-policy.ipynb`.
+"""),
+    md("""
+## How emqsim talks to a policy
+
+A policy is a subclass of `emqsim.ReclaimPolicy`. The simulator reads four attributes:
+
+| attribute | meaning |
+|---|---|
+| `renewal` | the heartbeat rule workers follow while they hold a job, e.g. `RenewalRule.every(10.0)`, or `None` |
+| `sweep_interval_ms` | how often the sweep runs (milliseconds) |
+| `swept_by` | `"reaper"`: one dedicated process that never dies runs the sweep |
+| `fenced` | `True`: a finish is accepted only from the current holder of the job's token |
+
+and calls four methods, each running *inside Redis* at one instant (like a Lua script), with the Redis clock
+`now_ms` in milliseconds:
+
+| method | called when | returns |
+|---|---|---|
+| `take(queue, token, now_ms)` | a worker asks for a job | the job id, or `None` |
+| `renew(queue, held, now_ms)` | a worker's heartbeat arrives; `held` is a list of `(job_id, token)` | the ids whose heartbeat was refused |
+| `finish(queue, job_id, token, now_ms)` | a worker finished a job | (inherited; leave it) |
+| `sweep(queue, now_ms)` | every `sweep_interval_ms` | a `SweepReply` listing the jobs taken back |
+
+The simulator gives each run a fresh copy of the policy, so you can keep per-run state on `self`. The helper
+cell below gives you the queue operations you need: the list of active jobs, the token check, and the reclaim.
+"""),
+    readonly(
+        "setup",
+        """
+import math
+import statistics
+import warnings
+
+import numpy as np
+from scipy import stats
+
+from emqsim import LeasePolicy, ReclaimPolicy, RenewalRule, TimeoutPolicy, Uniform, simulate, standard
+from emqsim.protocol import SweepReply
+from emqsim.stats import aggregate, summarize
+
+
+def active_jobs(queue):
+    \"\"\"Ids of the jobs in progress (Redis list `active`).\"\"\"
+    return queue.store.execute("LRANGE", queue.keys.active, 0, -1)
+
+
+def holds_token(queue, job_id, token):
+    \"\"\"True if `token` is still the job's current fencing token (the job was not taken back since).\"\"\"
+    return queue.store.execute("GET", queue.keys.lock(job_id)) == token
+
+
+def reclaim(queue, job_id):
+    \"\"\"Take a job back: out of `active`, its token deleted (so the old holder's finish is refused), back to the
+    front of `wait` for the next free worker. True if the job was active.\"\"\"
+    x = queue.store.execute
+    if not x("LREM", queue.keys.active, 1, job_id):
+        return False
+    x("DEL", queue.keys.lock(job_id))
+    x("HINCRBY", queue.keys.job(job_id), "stc", 1)
+    x("RPUSH", queue.keys.wait, job_id)
+    return True
+
+
+def measure(policy, scenario, replications, seed=0):
+    \"\"\"Run `scenario` under `policy` `replications` times and pool the runs into one table row (a dict).\"\"\"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        runs = [simulate(scenario, policy, seed=seed, replication=r, record_locks=False) for r in range(replications)]
+    return aggregate([summarize(run) for run in runs])
+
+
+SLOW_ALIVE = standard("slow-alive", duration=900.0, workers=2)
+FAST_DEAD = standard("fast-dead", die_after=1.0, duration=60.0, workers=2)
+""",
+    ),
+    md("""
+## Question 1: the detector (graded by the tests of Questions 2 to 5)
+
+Complete `AdaptiveDetector`. The parts that are given: the heartbeat rule (workers send one every `beat`
+seconds), the fencing (each take sets a token without expiry; `holds_token` refuses heartbeats from a worker
+whose job was taken back), and the sweep loop. You write:
+
+* `__init__`: any state you need for learning (e.g. a list of recent gaps);
+* `renew`: for each accepted heartbeat, learn from the gap since the job's previous heartbeat (or its take), and
+  remember the time of this one in `self.last_beat`;
+* `suspect(job_id, now_ms)`: `True` if the job's worker should now be presumed dead.
+
+Tips. Before any gap has been seen, fall back on the nominal period `self.beat_ms`. A perfectly regular
+heartbeat has a standard deviation of 0, which makes $\\varphi$ jump from 0 to infinity: put a floor under it
+(say a quarter of the mean gap). `scipy.stats.norm.logsf(x, mean, sd)` gives $\\ln(1 - F(x))$ without
+underflow, so $\\varphi = -$`norm.logsf(...)`$/\\ln 10$.
+"""),
+    solution(
+        "q1-detector",
+        """
+class AdaptiveDetector(ReclaimPolicy):
+    \"\"\"Suspect a job when its heartbeat is later than the gaps seen so far make plausible.\"\"\"
+
+    name = "adaptive"
+
+    def __init__(self, beat=10.0, scan=5.0, threshold=8.0):
+        self.renewal = RenewalRule.every(beat)  # workers send a heartbeat every `beat` seconds
+        self.sweep_interval_ms = round(scan * 1000)
+        self.swept_by = "reaper"
+        self.fenced = True
+        self.beat_ms = round(beat * 1000)
+        self.threshold = threshold
+        self.last_beat = {}  # job id -> Redis time (ms) of its last heartbeat, or of its take
+        ### BEGIN SOLUTION
+        self.gaps = []  # recent gaps between heartbeats (ms), all jobs together
+        self.window = 200
+        ### END SOLUTION
+
+    def take(self, queue, token, now_ms):
+        job_id = queue.take(token, now_ms, lock_ms=None)  # a token without expiry: fencing only
+        if job_id is not None:
+            self.last_beat[job_id] = now_ms
+        return job_id
+
+    def renew(self, queue, held, now_ms):
+        refused = []
+        for job_id, token in held:
+            if not holds_token(queue, job_id, token):
+                refused.append(job_id)  # taken back already: this worker must not learn or renew
+                continue
+            ### BEGIN SOLUTION
+            last = self.last_beat.get(job_id)
+            if last is not None and now_ms > last:
+                self.gaps.append(now_ms - last)
+                del self.gaps[: -self.window]
+            self.last_beat[job_id] = now_ms
+            ### END SOLUTION
+        return refused
+
+    def suspect(self, job_id, now_ms):
+        ### BEGIN SOLUTION
+        last = self.last_beat.get(job_id)
+        if last is None:
+            return False
+        gaps = self.gaps or [self.beat_ms]
+        mean = statistics.fmean(gaps)
+        sd = max(statistics.pstdev(gaps), mean / 4)
+        phi = -stats.norm.logsf(now_ms - last, mean, sd) / math.log(10)
+        return phi > self.threshold
+        ### END SOLUTION
+
+    def sweep(self, queue, now_ms):
+        reclaimed = []
+        for job_id in active_jobs(queue):
+            if self.suspect(job_id, now_ms) and reclaim(queue, job_id):
+                reclaimed.append(job_id)
+                self.last_beat.pop(job_id, None)
+        return SweepReply(skipped=False, reclaimed=tuple(reclaimed))
+""",
+    ),
+    md("""
+Try it on one run of each scenario before running the tests. `run.attempts` lists every take of the job: who
+took it, when, and how it ended.
+"""),
+    code("""
+for scenario in (SLOW_ALIVE, FAST_DEAD):
+    run = simulate(scenario, AdaptiveDetector(), seed=0)
+    print(scenario.name)
+    for a in run.attempts:
+        print(
+            f"  attempt {a.attempt} on worker {a.worker}: taken at {a.taken_at:.1f} s, outcome {a.outcome}, "
+            f"detection latency {a.detection_latency}"
+        )
+"""),
+    md("""
+## Question 2 (1 point): it runs, and it is fenced
+
+The test builds your detector with its default settings and runs each scenario once.
+"""),
+    tests(
+        "q2-basics-tests",
+        1,
+        """
+detector = AdaptiveDetector()
+assert isinstance(detector, ReclaimPolicy), "AdaptiveDetector must subclass ReclaimPolicy"
+assert detector.renewal is not None and detector.fenced, "keep the heartbeat and the fencing"
+row = measure(detector, SLOW_ALIVE, replications=1)
+assert row["duplicate_completions"] == 0 and row["reclaims"] == 0, "a healthy worker's job was taken back"
+row = measure(detector, FAST_DEAD, replications=1)
+assert row["detections"] == 1 and row["undetected"] == 0, "the dead worker's job was never taken back"
+print("Question 2: all visible tests pass")
+""",
+    ),
+    md("""
+## Question 3 (3 points): slow but alive
+
+On `slow-alive` the fixed 60-second timeout takes the job away from a healthy worker again and again. Your
+detector must do better (the hidden tests ask for no false reclaim at all, on other seeds and job lengths).
+"""),
+    tests(
+        "q3-slow-alive-tests",
+        3,
+        """
+mine = measure(AdaptiveDetector(), SLOW_ALIVE, replications=5)
+timeout = measure(TimeoutPolicy(60.0), SLOW_ALIVE, replications=5)
+print(f"false reclaims: yours {mine['false_reclaims']}, TimeoutPolicy(60) {timeout['false_reclaims']}")
+assert mine["false_reclaims"] < timeout["false_reclaims"], "no fewer false reclaims than the 60 s timeout"
+assert mine["duplicate_completions"] == 0
+### BEGIN HIDDEN TESTS
+for duration, seed in [(1800.0, 101), (300.0, 102)]:
+    row = measure(AdaptiveDetector(), standard("slow-alive", duration=duration, workers=2), 3, seed=seed)
+    assert row["false_reclaims"] == 0, (duration, seed, row["false_reclaims"])
+### END HIDDEN TESTS
+""",
+    ),
+    md("""
+## Question 4 (3 points): fast but dead
+
+On `fast-dead` the 10-minute timeout leaves the dead worker's job untouched for almost 600 s. Your detector must
+be faster on every seed the grader tries (hidden: crashes at other moments of the job, within 300 s on average).
+"""),
+    tests(
+        "q4-fast-dead-tests",
+        3,
+        """
+mine = measure(AdaptiveDetector(), FAST_DEAD, replications=10)
+timeout = measure(TimeoutPolicy(600.0), FAST_DEAD, replications=10)
+print(
+    f"mean detection latency: yours {mine['detection_latency_mean']:.1f} s, "
+    f"TimeoutPolicy(600) {timeout['detection_latency_mean']:.1f} s"
+)
+assert mine["undetected"] == 0, "some dead worker's job was never taken back"
+assert mine["detection_latency_mean"] < timeout["detection_latency_mean"], "not faster than the 600 s timeout"
+### BEGIN HIDDEN TESTS
+scenario = standard("fast-dead", die_after=Uniform(1.0, 50.0), duration=60.0, workers=2)
+mine = measure(AdaptiveDetector(), scenario, 10, seed=202)
+assert mine["undetected"] == 0
+assert mine["detection_latency_mean"] < 300.0, mine["detection_latency_mean"]
+### END HIDDEN TESTS
+""",
+    ),
+    md("""
+## Question 5 (2 points): pauses and a lossy network
+
+Two harder situations. A worker that freezes for 45 s looks dead to any detector, and may have its job taken
+back; what must never happen is that the job then completes twice (your fencing must hold). And on
+`flaky-network`, where each heartbeat is lost with probability 0.2, an adaptive detector should learn that gaps
+are irregular: it may not falsely reclaim more jobs than the standard lease (30 s, renewed every 10 s) does on
+the same seeds.
+"""),
+    tests(
+        "q5-robust-tests",
+        2,
+        """
+frozen = standard("frozen", freeze_for=45.0, freeze_after=5.0, duration=120.0, workers=2)
+row = measure(AdaptiveDetector(), frozen, replications=3)
+assert row["duplicate_completions"] == 0, "a frozen worker's job completed twice: is the finish still fenced?"
+flaky = standard("flaky-network", loss=0.2, jobs=12, duration=300.0, workers=4)
+mine = measure(AdaptiveDetector(), flaky, replications=2)
+lease = measure(LeasePolicy(30.0, 10.0), flaky, replications=2)
+print(f"flaky network, false reclaims: yours {mine['false_reclaims']}, lease {lease['false_reclaims']}")
+assert mine["false_reclaims"] <= lease["false_reclaims"]
+### BEGIN HIDDEN TESTS
+mine = measure(AdaptiveDetector(), flaky, replications=3, seed=303)
+lease = measure(LeasePolicy(30.0, 10.0), flaky, replications=3, seed=303)
+assert mine["false_reclaims"] <= lease["false_reclaims"], (mine["false_reclaims"], lease["false_reclaims"])
+### END HIDDEN TESTS
+""",
+    ),
+    md("""
+## Question 6 (2 points, graded by hand)
+
+Your detector keeps its memory (the last heartbeat of each job, the recent gaps) in the reaper process, while
+the lease keeps *all* of its state in Redis (the time-to-live of the lock key). What happens to your detector
+when the reaper restarts? What would you store in Redis to make it survive, and what does the lease get for
+free that your detector has to build?
+"""),
+    answer(
+        "q6-explain",
+        2,
+        """
+### BEGIN SOLUTION
+*Model answer.* After a restart the detector has no `last_beat` entries and no gap history: jobs that were
+active before the restart are never suspected (their last heartbeat is unknown) until they send a heartbeat
+again, so a worker that died just before the restart holds its job forever, and the learned distribution
+starts again from the nominal period. To survive, each heartbeat must write its timestamp to Redis (e.g. a
+sorted set `job -> last heartbeat`, as the renewal script runs inside Redis anyway) and the gap statistics
+(count, sum, sum of squares or a window) must be kept there too; the sweep then reads them. The lease gets this
+for free: the lock's TTL *is* the "last heartbeat + allowance" state, Redis's own clock evaluates it, and any
+process can run the sweep, so there is nothing to lose or rebuild. The detector's advantage is that its
+allowance adapts to the observed gaps instead of being a fixed $L$.
+
+*Grading:* 1 point for the restart failure (lost state: dead jobs not suspected / history relearned), 1 point
+for what to persist and the comparison with the TTL held by Redis.
+### END SOLUTION
+""",
+    ),
+]
+
+
+# =============================================================================================================
+NB4 = [
+    md("""
+# Assignment 4: stale finishes and fencing tokens
+
+**Expected time:** about 60 minutes. **Points:** 8 autograded + 4 graded by hand.
+
+Any detector that takes a job back from a worker it *believes* dead will sometimes be wrong: the worker was
+only frozen (a long GC pause, a blocked event loop, a `SIGSTOP`). When it resumes, it carries on with a job that
+is no longer its own and reports it finished. If the queue accepts that **stale finish**, the job has completed
+twice.
+
+In this assignment one worker freezes for 70 s, 5 s into a 40-second job; a second worker is idle. You will
+see the stale finish under a fixed timeout, stop it with a **fencing token**, and show that a lease *without*
+the token check has the same problem (Kleppmann, *How to do distributed locking*, 2016).
+
+Check your notebook with `python -m emqsim grade 04-fencing.ipynb`.
+"""),
+    readonly(
+        "setup",
+        """
+from emqsim import LeasePolicy, TimeoutPolicy, Uniform, simulate, standard
+from emqsim.stats import summarize
+
+SEED = 1
+FROZEN = standard("frozen", freeze_for=70.0, freeze_after=5.0, duration=40.0, workers=2)
+
+
+def show_attempts(run):
+    \"\"\"One line per take of the job: who, when, and how it ended.\"\"\"
+    print(f"{run.scenario} under {run.policy['policy']}:")
+    for a in run.attempts:
+        finish = "-" if a.finish_applied_at is None else f"{a.finish_applied_at:.1f} s ({a.finish_result})"
+        reclaimed = "-" if a.reclaimed_at is None else f"{a.reclaimed_at:.1f} s ({a.worker_state_at_reclaim})"
+        print(
+            f"  attempt {a.attempt}: worker {a.worker}, token {a.token}, taken {a.taken_at:.1f} s, "
+            f"reclaimed {reclaimed}, finish {finish} -> {a.outcome}"
+        )
+    for e in run.worker_events:
+        if e.kind in ("freeze", "resume"):
+            print(f"  worker {e.worker} {e.kind} at {e.time:.1f} s {e.detail}")
+
+
+def duplicate_completions(run):
+    return summarize(run).duplicate_completions
+""",
+    ),
+    md("""
+## Question 1 (2 points): the timeout's stale finish
+
+Run `FROZEN` under `TimeoutPolicy(timeout=60)` (no token check; that is the default) with `seed=SEED`, store the
+run in `unfenced_run`, and print it with `show_attempts`. Then set
+
+* `stale_worker`: the id of the worker whose completion was the duplicate one (`outcome == "duplicate_completion"`);
+* `stale_finish_at`: the time (s) at which Redis accepted that duplicate completion (`finish_applied_at`).
+"""),
+    solution(
+        "q1-timeout",
+        """
+### BEGIN SOLUTION
+unfenced_run = simulate(FROZEN, TimeoutPolicy(timeout=60), seed=SEED)
+stale = [a for a in unfenced_run.attempts if a.outcome == "duplicate_completion"][0]
+stale_worker, stale_finish_at = stale.worker, stale.finish_applied_at
+### END SOLUTION
+show_attempts(unfenced_run)
+print(f"stale finish by worker {stale_worker} at {stale_finish_at} s")
+""",
+    ),
+    tests(
+        "q1-timeout-tests",
+        2,
+        """
+assert unfenced_run.policy["timeout"] == 60 and unfenced_run.policy["policy"] == "timeout"
+dups = [a for a in unfenced_run.attempts if a.outcome == "duplicate_completion"]
+assert len(dups) == 1, "expected exactly one duplicate completion: did you use the unfenced timeout and SEED?"
+assert stale_worker == dups[0].worker and stale_finish_at == dups[0].finish_applied_at
+assert dups[0].worker_state_at_reclaim == "frozen", "the job was taken from a frozen, not a dead, worker"
+print("Question 1: all visible tests pass")
+""",
+    ),
+    md("""
+## Question 2 (2 points): a fencing token stops it
+
+With `fenced=True` the queue gives each take a token (the lock's value) and accepts a finish only with the
+current token; the reaper deletes the token when it takes a job back. Run `FROZEN` under
+`TimeoutPolicy(timeout=60, fenced=True)` with `seed=SEED` into `fenced_run`, and set `rejection` to the error
+text Redis returned to the stale worker (`finish_result` of its attempt).
+"""),
+    solution(
+        "q2-fenced",
+        """
+### BEGIN SOLUTION
+fenced_run = simulate(FROZEN, TimeoutPolicy(timeout=60, fenced=True), seed=SEED)
+rejection = [a for a in fenced_run.attempts if a.outcome == "finish_rejected"][0].finish_result
+### END SOLUTION
+show_attempts(fenced_run)
+print(f"the stale worker was told: {rejection!r}")
+""",
+    ),
+    tests(
+        "q2-fenced-tests",
+        2,
+        """
+assert fenced_run.policy["timeout"] == 60
+assert duplicate_completions(fenced_run) == 0, "fenced_run still has a duplicate completion"
+rejected = [a for a in fenced_run.attempts if a.finish_result not in (None, "accepted")]
+assert len(rejected) == 1 and rejection == rejected[0].finish_result
+assert rejection in ("Missing lock for job 0", "Lock mismatch for job 0"), rejection
+print("Question 2: all visible tests pass")
+""",
+    ),
+    md("""
+## Question 3 (2 points): a lease without the token check
+
+`LeasePolicy` checks the token on finish (BullMQ's `moveToFinished` does: "Missing lock for job ...").
+Write `LeaseWithoutToken`, a subclass of `LeasePolicy` whose `finish` skips that check: override
+`finish(self, queue, job_id, token, now_ms)` to return `queue.finish(job_id, token, check_token=False)`.
+
+Then run `FROZEN` with `seed=SEED` under `LeasePolicy(30, 10)` into `lease_run` and under
+`LeaseWithoutToken(30, 10)` into `bare_lease_run`. Finally set `lapsed_at` to the time at which the frozen
+worker's lock expired in `lease_run`: the `time` of the entry of `lease_run.lock_events` with
+`kind == "expired"`.
+"""),
+    solution(
+        "q3-lease",
+        """
+### BEGIN SOLUTION
+class LeaseWithoutToken(LeasePolicy):
+    def finish(self, queue, job_id, token, now_ms):
+        return queue.finish(job_id, token, check_token=False)
+
+
+lease_run = simulate(FROZEN, LeasePolicy(30, 10), seed=SEED)
+bare_lease_run = simulate(FROZEN, LeaseWithoutToken(30, 10), seed=SEED)
+lapsed_at = [e.time for e in lease_run.lock_events if e.kind == "expired"][0]
+### END SOLUTION
+show_attempts(lease_run)
+show_attempts(bare_lease_run)
+print(f"the frozen worker's lease lapsed at {lapsed_at} s")
+""",
+    ),
+    tests(
+        "q3-lease-tests",
+        2,
+        """
+assert issubclass(LeaseWithoutToken, LeasePolicy), "LeaseWithoutToken must subclass LeasePolicy"
+assert lease_run.policy["lease"] == 30 and bare_lease_run.policy["lease"] == 30
+assert duplicate_completions(lease_run) == 0, "the lease with its token check should not complete twice"
+assert duplicate_completions(bare_lease_run) == 1, "without the token check the stale finish is accepted"
+expired = [e.time for e in lease_run.lock_events if e.kind == "expired"]
+assert lapsed_at in expired, "lapsed_at should be the time of an 'expired' lock event"
+freeze = [e.time for e in lease_run.worker_events if e.kind == "freeze"][0]
+resume = [e.time for e in lease_run.worker_events if e.kind == "resume"][0]
+assert freeze < lapsed_at < resume, "the lease lapsed while the worker was frozen"
+print("Question 3: all visible tests pass")
+""",
+    ),
+    md("""
+## Question 4 (2 points): over many pauses
+
+One run is an anecdote. Replace the fixed 70-second pause with a random one, uniform between 0 and 90 s:
+`standard("frozen", freeze_for=Uniform(0, 90), freeze_after=5.0, duration=40.0, workers=2)`. For each of the
+four policies below, run replications `r = 0, ..., 39` with `seed=SEED` and count the share of runs with at
+least one duplicate completion. Store the shares in a dict `duplicate_share` with exactly these keys:
+
+* `"timeout"`: `TimeoutPolicy(timeout=60)`
+* `"timeout+token"`: `TimeoutPolicy(timeout=60, fenced=True)`
+* `"lease"`: `LeasePolicy(30, 10)`
+* `"lease without token"`: `LeaseWithoutToken(30, 10)`
+"""),
+    solution(
+        "q4-many",
+        """
+### BEGIN SOLUTION
+random_pause = standard("frozen", freeze_for=Uniform(0, 90), freeze_after=5.0, duration=40.0, workers=2)
+policies = {
+    "timeout": TimeoutPolicy(timeout=60),
+    "timeout+token": TimeoutPolicy(timeout=60, fenced=True),
+    "lease": LeasePolicy(30, 10),
+    "lease without token": LeaseWithoutToken(30, 10),
+}
+duplicate_share = {}
+for name, policy in policies.items():
+    runs = [simulate(random_pause, policy, seed=SEED, replication=r) for r in range(40)]
+    duplicate_share[name] = sum(duplicate_completions(run) > 0 for run in runs) / len(runs)
+### END SOLUTION
+for name, share in duplicate_share.items():
+    print(f"{name:>20}: {share:.0%} of runs completed the job twice")
+""",
+    ),
+    tests(
+        "q4-many-tests",
+        2,
+        """
+assert set(duplicate_share) == {"timeout", "timeout+token", "lease", "lease without token"}
+assert duplicate_share["timeout+token"] == 0 and duplicate_share["lease"] == 0, "token-checked finishes"
+assert duplicate_share["timeout"] > 0 and duplicate_share["lease without token"] > 0
+assert all(0 <= share <= 1 for share in duplicate_share.values()), "shares are fractions of the 40 runs"
+### BEGIN HIDDEN TESTS
+scenario = standard("frozen", freeze_for=Uniform(0, 90), freeze_after=5.0, duration=40.0, workers=2)
+for name, policy in [("timeout", TimeoutPolicy(timeout=60)), ("lease without token", LeaseWithoutToken(30, 10))]:
+    runs = [simulate(scenario, policy, seed=SEED, replication=r) for r in range(40)]
+    expected = sum(duplicate_completions(run) > 0 for run in runs) / 40
+    assert abs(duplicate_share[name] - expected) < 1e-9, (name, duplicate_share[name], expected)
+### END HIDDEN TESTS
+print("Question 4: all visible tests pass")
+""",
+    ),
+    md("""
+## Question 5 (4 points, graded by hand)
+
+Explain, in your own words (about 150 words), **why a lease alone is not enough when a worker can freeze**.
+Your answer should cover: what the frozen worker knows when it resumes; why checking "do I still hold the
+lease?" just before finishing does not fix it; what the fencing token adds and *where* it must be checked; and
+what the token does not protect (think of side effects outside the queue).
+"""),
+    answer(
+        "q5-explain",
+        4,
+        """
+### BEGIN SOLUTION
+*Model answer.* A frozen process does not experience the pause: when it resumes, its next instruction runs as
+if no time had passed, so it still believes it holds the lease even though the lease expired and the job now
+belongs to another worker. The lease bounds how long a *dead* holder blocks the job; it cannot stop a *live*
+holder that has silently lost it from acting. Checking the lease first does not help: the pause can happen
+between the check and the finish (or the write), and the check's answer is stale by then; no client-side
+clock or check closes that window. A fencing token is a number that increases with every grant (here: a new
+token per take); the resource that receives the action must compare it with the newest token it has seen and
+refuse older ones. The check must happen at the store, atomically with the write (BullMQ's `moveToFinished`
+script), not in the worker. The token protects only what checks it: the queue's completion here. Side effects
+the stale worker already made elsewhere (an e-mail sent, a payment, a row written to a database that ignores
+the token) still happen twice, so those need idempotent operations or must check the token too.
+
+*Grading (4 points):* 1: the resumed worker does not know it lost the lease (no notion of elapsed time);
+1: check-then-act race (a pause between the check and the action); 1: monotonic token verified by the store,
+atomically with the write; 1: limits: external side effects must check the token or be idempotent.
+### END SOLUTION
+""",
+    ),
+]
+
+
+NOTEBOOKS = {
+    "01-detection-latency.ipynb": NB1,
+    "02-tuning-under-pauses.ipynb": NB2,
+    "03-write-a-policy.ipynb": NB3,
+    "04-fencing.ipynb": NB4,
+}
+
+
+def build(cells: list) -> nbformat.NotebookNode:
+    nb = new_notebook(cells=cells)
+    nb.metadata = {
+        "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"},
+    }
+    for index, cell in enumerate(nb.cells):
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        cell.id = grade_id or f"cell-{index:02d}"  # stable ids: a rebuild changes nothing it need not
+    return nb
+
+
+def main() -> int:
+    for name, cells in NOTEBOOKS.items():
+        nb = build(cells)
+        nbformat.validate(nb)
+        nbformat.write(nb, HERE / name)
+        print(HERE / name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

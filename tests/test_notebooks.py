@@ -1,0 +1,70 @@
+"""Every teaching notebook runs top to bottom without an error, in a scratch copy of the working tree, and is
+stored with its outputs cleared."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))  # not notebooks/assignments/
+CELL_TIMEOUT = 180
+BUDGET = 120.0  # seconds per notebook on a loaded 2-core machine (they take well under a minute alone)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """A copy of the notebooks and the package, so a notebook that writes files cannot touch the checkout."""
+    tmp = tmp_path_factory.mktemp("work")
+    shutil.copytree(
+        ROOT / "notebooks", tmp / "notebooks", ignore=shutil.ignore_patterns(".ipynb_checkpoints")
+    )
+    shutil.copytree(ROOT / "emqsim", tmp / "emqsim", ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp
+
+
+def test_there_are_notebooks():
+    names = [p.name for p in NOTEBOOKS]
+    assert names[:4] == [
+        "01-timeout-vs-lease.ipynb",
+        "02-tuning.ipynb",
+        "03-where-leases-fail.ipynb",
+        "04-real-systems.ipynb",
+    ]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_is_stored_clean(path: Path):
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"{path.name}: clear the outputs"
+    text = path.read_text()
+    assert "/work/" not in text and "/home/" not in text and "/tmp/" not in text, "no absolute paths"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs(path: Path, workdir: Path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(workdir), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    nb = nbformat.read(workdir / "notebooks" / path.name, as_version=4)
+    client = nbclient.NotebookClient(
+        nb,
+        timeout=CELL_TIMEOUT,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(workdir / "notebooks")}},
+    )
+    start = time.monotonic()
+    client.execute()  # raises CellExecutionError on the first failing cell
+    elapsed = time.monotonic() - start
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors
+    assert elapsed < BUDGET, f"{path.name} took {elapsed:.0f} s"
