@@ -542,7 +542,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.plot and rows:
         from emqsim.plots import frontier, savefig
 
-        savefig(frontier(rows), args.plot)
+        savefig(frontier(rows).figure, args.plot)
     for line in interrupted:
         print(line + (f"; rows written to {args.out}" if args.out else ""), file=sys.stderr)
     return 130 if interrupted else 0
@@ -691,7 +691,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     if args.out:
         from emqsim.plots import savefig, timeline
 
-        savefig(timeline(run), args.out)
+        savefig(timeline(run).figure, args.out)
         print(f"wrote {args.out}")
         return 0
     print(text_timeline(run))

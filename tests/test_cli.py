@@ -120,6 +120,14 @@ def test_run_compare_presets_scenarios_timeline(capsys):
     assert code == 0 and "reclaimed from worker" in out and "right: its worker is dead" in out
 
 
+def test_images_from_the_cli(tmp_path, capsys):
+    png, svg = tmp_path / "t.png", tmp_path / "f.svg"
+    assert run_cli(capsys, "timeline", "--scenario", "fast-dead", "--out", str(png))[0] == 0
+    code, _, _ = run_cli(capsys, "sweep", "--scenario", "fast-dead", "--timeout", "60,600", "--plot", str(svg), *FAST)
+    assert code == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and svg.read_text().lstrip().startswith("<?xml")
+
+
 def test_config_file_runs(capsys):
     example = Path(__file__).parent.parent / "emqsim" / "examples" / "gc-pauses.toml"
     code, out, _ = run_cli(capsys, "run", "--config", str(example), "--json")
