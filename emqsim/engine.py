@@ -307,7 +307,7 @@ class Simulation:
 
 def _ran_for(worker: Worker, attempt: Attempt, until_ms: int) -> float:
     """Seconds of work the worker did on an unfinished attempt (wall time since start less frozen time)."""
-    start = worker.started_ms.get(attempt.job)
+    start = worker.started_ms.get(attempt.token)
     if start is None:
         return 0.0
     start_ms, frozen_at_start = start

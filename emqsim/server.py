@@ -134,11 +134,25 @@ class Server:
         return job_id
 
     def renew(self, held: list[tuple[str, str]], now: int) -> list[str]:
-        failed = self.policy.renew(self.queue, held, now)
-        if self.record_locks:
-            failed_set = frozenset(failed)
+        """Run the policy's batched renewal; returns the TOKENS whose renewal failed.
+
+        The policy answers with job ids (as extendLocks does); when one worker holds the same job twice (a
+        stale take and a new one), the lock's current value tells which of the two tokens failed.
+        """
+        failed_jobs = self.policy.renew(self.queue, held, now)
+        failed = []
+        if failed_jobs:
+            failed_set = frozenset(failed_jobs)
+            jobs = [job_id for job_id, _ in held]
             for job_id, token in held:
-                self._lock_event(now, job_id, token, "renew_failed" if job_id in failed_set else "renewed")
+                if job_id in failed_set and (
+                    jobs.count(job_id) == 1 or self.store.peek(self.keys.lock(job_id)) != token
+                ):
+                    failed.append(token)
+        if self.record_locks:
+            failed_tokens = frozenset(failed)
+            for job_id, token in held:
+                self._lock_event(now, job_id, token, "renew_failed" if token in failed_tokens else "renewed")
         return failed
 
     def renewal_lost(self, held: list[tuple[str, str]], sent_ms: int) -> None:

@@ -24,6 +24,7 @@ sampling is driven only by the numpy Generator handed in.
 from __future__ import annotations
 
 import collections
+import heapq
 import numbers
 from collections import deque
 from collections.abc import Callable
@@ -38,6 +39,7 @@ Reply = Any  # "OK" | int | str | None | list[Reply]
 LLONG_MAX = 2**63 - 1
 LLONG_MIN = -(2**63)
 
+SET_MAX_INTSET_ENTRIES = 512  # set-max-intset-entries (7.0 default)
 ACTIVE_EXPIRE_KEYS_PER_LOOP = 20  # ACTIVE_EXPIRE_CYCLE_KEYS_PER_LOOP (effort 1)
 ACTIVE_EXPIRE_ACCEPTABLE_STALE = 10  # ACTIVE_EXPIRE_CYCLE_ACCEPTABLE_STALE, percent (effort 1)
 
@@ -59,9 +61,18 @@ class _List(deque):
 
 
 class _Set(dict):
-    """A Redis set: members as keys of an insertion-ordered dict (values None), never a Python set."""
+    """A Redis set: members as keys of an insertion-ordered dict (values None), never a Python set.
 
-    __slots__ = ()
+    `intset` mirrors Redis's compact encoding: while every member is a 64-bit integer and there are at most
+    512 of them (set-max-intset-entries), Redis keeps them sorted and SMEMBERS returns ascending numbers;
+    the first other member or the 513th converts the set for good.
+    """
+
+    __slots__ = ("intset",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.intset = True
 
 
 class _Hash(dict):
@@ -111,13 +122,18 @@ def _no_newlines(msg: str) -> str:
 
 def _arg(a: object) -> str:
     """Convert one argument the way redis-py's Encoder does (then decode, as the store works on str)."""
+    t = type(a)
+    if t is int:
+        return str(a)
+    if t is str:
+        return a  # type: ignore[return-value]
     if isinstance(a, str):
-        return a
+        return str(a)  # a str subclass (e.g. a StrEnum)
     if isinstance(a, bytes | bytearray | memoryview):
         return bytes(a).decode("utf-8", "surrogateescape")
     if isinstance(a, bool) or not isinstance(a, numbers.Real):
         raise TypeError(
-            f"Invalid input of type: {type(a).__name__!r}. Convert to a bytes, string, int or float first."
+            f"Invalid input of type: {t.__name__!r}. Convert to a bytes, string, int or float first."
         )
     if isinstance(a, numbers.Integral):
         return str(int(a))  # also numpy integers, which redis-py would reject
@@ -244,6 +260,8 @@ class KeyStore:
         self._expires: dict[str, int] = {}  # key -> absolute expiry ms
         self._ttl_keys: list[str] = []  # keys with a TTL, O(1) random sampling ...
         self._ttl_pos: dict[str, int] = {}  # ... and O(1) swap-remove
+        self._expiry_heap: list[tuple[int, str]] = []  # (expire_at, key), stale entries dropped lazily
+        self.on_ttl: Callable[[int], None] | None = None  # told of every new expiry time (see next_expiry)
         self._now = 0
         self.commands_executed = 0
         self.command_counts: collections.Counter[str] = collections.Counter()
@@ -296,7 +314,17 @@ class KeyStore:
         self.commands_executed += 1
         if not args:
             raise ValueError("execute() needs at least a command name")
-        argv = [a if type(a) is str else _arg(a) for a in args]
+        argv = [a if type(a) is str else (str(a) if type(a) is int else _arg(a)) for a in args]
+        entry = self._commands.get(argv[0])
+        if entry is not None:  # fast path: an upper-case command name, as the simulator sends them
+            uname = argv[0]
+            self.command_counts[uname] += 1
+            self._now = self._clock()
+            handler, arity = entry
+            n = len(argv)
+            if (n != arity) if arity > 0 else (n < -arity):
+                raise ResponseError(f"ERR wrong number of arguments for '{uname.lower()}' command")
+            return handler(argv)
         name = argv[0]
         if not name.isalpha():  # redis-py splits the name on whitespace ("CONFIG GET" -> two arguments)
             argv[:1] = [
@@ -391,6 +419,21 @@ class KeyStore:
             self._ttl_pos[key] = len(self._ttl_keys)
             self._ttl_keys.append(key)
         self._expires[key] = when
+        heapq.heappush(self._expiry_heap, (when, key))
+        if self.on_ttl is not None:
+            self.on_ttl(when)
+
+    def next_expiry(self) -> int | None:
+        """The earliest expiry time (ms) of any key with a TTL, or None: lets a simulator skip the active
+        expire ticks that provably find nothing to evict. No side effects on the data."""
+        heap = self._expiry_heap
+        expires = self._expires
+        while heap:
+            when, key = heap[0]
+            if expires.get(key) == when:
+                return when
+            heapq.heappop(heap)  # stale: the key's TTL changed or went away
+        return None
 
     def _remove_expire(self, key: str) -> bool:
         if self._expires.pop(key, None) is None:
@@ -435,6 +478,16 @@ class KeyStore:
             self._data[key] = argv[2]
             if key in self._expires:
                 self._remove_expire(key)
+            return "OK"
+        if n == 5 and _upper(argv[3]) == "PX":  # fast path: SET key value PX ms (a lock)
+            when = _string2ll(argv[4])
+            if when is None:
+                raise ResponseError(NOT_INTEGER)
+            if when <= 0 or when + self._now > LLONG_MAX:
+                raise ResponseError("ERR invalid expire time in 'set' command")
+            self._lookup(key)
+            self._data[key] = argv[2]
+            self._set_expire(key, when + self._now)
             return "OK"
         flags = 0
         expire_arg: str | None = None
@@ -494,10 +547,10 @@ class KeyStore:
         if (flags & _NX and found) or (flags & _XX and not found):
             return old  # nil, or the old value with GET
         self._data[key] = argv[2]
-        if not flags & _KEEPTTL and key in self._expires:
-            self._remove_expire(key)
         if when is not None:
             self._set_expire(key, when)
+        elif not flags & _KEEPTTL and key in self._expires:
+            self._remove_expire(key)
         return old if flags & _GET else "OK"
 
     def _get(self, argv: list[str]) -> Reply:
@@ -568,6 +621,7 @@ class KeyStore:
         self._expires.clear()
         self._ttl_keys.clear()
         self._ttl_pos.clear()
+        self._expiry_heap.clear()
         return "OK"
 
     def _keys(self, argv: list[str]) -> Reply:
@@ -628,7 +682,7 @@ class KeyStore:
             return 0
         if lt and current is not None and when >= current:
             return 0
-        if when < self._now:  # checkAlreadyExpired
+        if when <= self._now:  # checkAlreadyExpired
             self._delete(key)
         else:
             self._set_expire(key, when)
@@ -748,26 +802,29 @@ class KeyStore:
         lst = self._lookup_typed(key, _List)
         if lst is None:
             return 0
-        removed = 0
+        if element not in lst:
+            return 0
         if count == 0:
             kept = [x for x in lst if x != element]
             removed = len(lst) - len(kept)
-        else:
-            limit = abs(count)
-            source = lst if count > 0 else reversed(lst)
-            kept = []
-            for x in source:
-                if removed < limit and x == element:
-                    removed += 1
-                else:
-                    kept.append(x)
-            if count < 0:
-                kept.reverse()
-        if removed:
             lst.clear()
             lst.extend(kept)
-            if not lst:
-                self._delete(key)
+        else:  # find-and-delete at C speed; from the tail by searching the reversed list
+            if count < 0:
+                lst.reverse()
+            removed = 0
+            i = 0
+            try:
+                while removed < abs(count):
+                    i = lst.index(element, i)
+                    del lst[i]
+                    removed += 1
+            except ValueError:
+                pass
+            if count < 0:
+                lst.reverse()
+        if not lst:
+            self._delete(key)
         return removed
 
     def _lrange(self, argv: list[str]) -> Reply:
@@ -806,6 +863,8 @@ class KeyStore:
         before = len(s)
         for m in argv[2:]:
             s[m] = None
+            if s.intset and (_string2ll(m) is None or len(s) > SET_MAX_INTSET_ENTRIES):
+                s.intset = False
         return len(s) - before
 
     def _srem(self, argv: list[str]) -> Reply:
@@ -824,7 +883,9 @@ class KeyStore:
 
     def _smembers(self, argv: list[str]) -> Reply:
         s = self._lookup_typed(argv[1], _Set)
-        return [] if s is None else list(s)
+        if s is None:
+            return []
+        return sorted(s, key=int) if s.intset else list(s)
 
     def _sismember(self, argv: list[str]) -> Reply:
         s = self._lookup_typed(argv[1], _Set)

@@ -119,12 +119,12 @@ class Reaper(Client):
 
 
 class Held:
-    """A job the lock manager tracks: its token and the time of its last renewal (`ts`)."""
+    """A job the lock manager tracks (keyed by its token): the job and its last renewal time (`ts`)."""
 
-    __slots__ = ("token", "ts", "attempt")
+    __slots__ = ("job", "ts", "attempt")
 
-    def __init__(self, token: str, ts: int, attempt: Attempt) -> None:
-        self.token = token
+    def __init__(self, job: str, ts: int, attempt: Attempt) -> None:
+        self.job = job
         self.ts = ts
         self.attempt = attempt
 
@@ -141,9 +141,10 @@ class Worker(Client):
         self.resume_event: simpy.Event | None = None
         self.frozen_ms = 0  # total time spent frozen, up to the last resume
         self.frozen_since: int | None = None
+        # All keyed by token (one per take): the same job can be held twice by one worker, once stale.
         self.running: dict[str, Attempt] = {}  # taken at Redis, not yet finished from the worker's view
         self.held: dict[str, Held] = {}  # tracked by the lock manager
-        self.started_ms: dict[str, tuple[int, int]] = {}  # job -> (start time, frozen_total at start)
+        self.started_ms: dict[str, tuple[int, int]] = {}  # token -> (start time, frozen_total at start)
         self.takes = 0
         self.restart_after_ms: int | None = None
 
@@ -173,7 +174,7 @@ class Worker(Client):
         self.state = DEAD
         now = self.env.now / 1000
         self._event("crash")
-        for job_id, attempt in self.running.items():
+        for token, attempt in self.running.items():
             # A dead worker holds this job hostage only if the job is still its own (not reclaimed already).
             if (
                 attempt.died_at is None
@@ -182,7 +183,7 @@ class Worker(Client):
                 and attempt.failed_at is None
             ):
                 attempt.died_at = now
-            start = self.started_ms.get(job_id)
+            start = self.started_ms.get(token)
             if start is not None:
                 ran = int(self.env.now) - start[0] - (self.frozen_total() - start[1])
                 attempt.work_done = min(attempt.work, max(0, ran) / 1000)
@@ -200,7 +201,7 @@ class Worker(Client):
     # -- called by the server when a take of ours is executed ---------------------------------------------
     def on_taken(self, job_id: str, attempt: Attempt) -> None:
         if self.state != DEAD:
-            self.running[job_id] = attempt
+            self.running[attempt.token] = attempt
             self.sim.attempts_started(1)
 
     # -- processes ---------------------------------------------------------------------------------------
@@ -221,13 +222,13 @@ class Worker(Client):
             job_id = yield reply
             if not (yield from self.settle()):
                 return
-            attempt = self.running[job_id]
+            attempt = self.running[token]
             now = int(self.env.now)
             attempt.started_at = now / 1000
-            self.held[job_id] = Held(token, now, attempt)
-            self.started_ms[job_id] = (now, self.frozen_total())
+            self.held[token] = Held(job_id, now, attempt)
+            self.started_ms[token] = (now, self.frozen_total())
             if policy.renewal is not None and policy.renewal.per_job:
-                self.env.process(self.job_renewer(job_id))
+                self.env.process(self.job_renewer(token))
             self.sim.job_started(self, attempt)
             # Work: progress stops while frozen.
             remaining = to_ms(attempt.work)
@@ -241,9 +242,9 @@ class Worker(Client):
             reply = yield from self.request("finish", lambda now, a=attempt: server.finish(a, now))
             if reply is None:
                 return
-            self.held.pop(job_id, None)
-            self.running.pop(job_id, None)
-            self.started_ms.pop(job_id, None)
+            self.held.pop(token, None)
+            self.running.pop(token, None)
+            self.started_ms.pop(token, None)
             self.sim.attempts_stopped(1)
 
     def lock_manager(self, first_ms: int) -> Proc:
@@ -256,18 +257,18 @@ class Worker(Client):
             if not (yield from self.settle()):
                 return
             now = int(self.env.now)
-            due = [(job_id, h.token) for job_id, h in self.held.items() if rule.due(now, h.ts)]
+            due = [(h.job, token) for token, h in self.held.items() if rule.due(now, h.ts)]
             if due:
-                for job_id, _ in due:
-                    self.held[job_id].ts = now
+                for _, token in due:
+                    self.held[token].ts = now
                 failed = yield from self.request("renew", lambda t, d=due: server.renew(d, t), retry=False)
                 if failed is None:
                     return
                 if failed is LOST:
                     server.renewal_lost(due, now)
                 else:
-                    for job_id in failed:
-                        self.held.pop(job_id, None)  # lockRenewalFailed: stop renewing a lost lock
+                    for token in failed:
+                        self.held.pop(token, None)  # lockRenewalFailed: stop renewing a lost lock
             if rule.after_reply:
                 yield self.env.timeout(rule.tick_ms)
             else:
@@ -279,7 +280,7 @@ class Worker(Client):
                     next_tick += (now - next_tick) // rule.tick_ms * rule.tick_ms + rule.tick_ms
                 yield self.env.timeout(next_tick - now)
 
-    def job_renewer(self, job_id: str) -> Proc:
+    def job_renewer(self, token: str) -> Proc:
         """The naive variant: one timer and one round trip per job."""
         rule = self.sim.policy.renewal
         server = self.sim.server
@@ -287,19 +288,19 @@ class Worker(Client):
             yield self.env.timeout(rule.tick_ms)
             if not (yield from self.settle()):
                 return
-            held = self.held.get(job_id)
+            held = self.held.get(token)
             if held is None:
                 return
             now = int(self.env.now)
             if not rule.due(now, held.ts):
                 continue
             held.ts = now
-            item = [(job_id, held.token)]
+            item = [(held.job, token)]
             failed = yield from self.request("renew", lambda t, d=item: server.renew(d, t), retry=False)
             if failed is None:
                 return
             if failed is LOST:
                 server.renewal_lost(item, now)
             elif failed:
-                self.held.pop(job_id, None)
+                self.held.pop(token, None)
                 return

@@ -232,3 +232,16 @@ def test_scenario_settings_are_validated():
         Crash()
     with pytest.raises(ConfigError, match="unknown scenario"):
         standard("nope")
+
+
+def test_one_worker_can_hold_the_same_job_twice_stale_and_new():
+    # Regression (found by Hypothesis): a slot's stale attempt and another slot's new attempt of the same job
+    # on ONE worker are tracked by token, so the stale finish does not drop the new attempt.
+    scenario = Scenario(workers=1, concurrency=2, jobs=1, duration=Fixed(25), horizon=600)
+    run = simulate(scenario, TimeoutPolicy(10, 1, fenced=True), seed=0)
+    first, second = run.attempts[:2]
+    assert first.worker == second.worker == 0 and first.token != second.token
+    assert first.finish_result == "Missing lock for job 0"  # both were reaped; the lock was deleted
+    assert (
+        second.started_at is not None and second.finish_result == "Lock mismatch for job 0"
+    )  # a third holds it

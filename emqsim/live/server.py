@@ -7,6 +7,8 @@ key outside the run's own prefix, unless the caller allows sharing; the run dele
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import shutil
 import signal
@@ -21,6 +23,24 @@ from emqsim.errors import ConfigError
 
 INSTALL_HINT = "redis-server was not found on PATH; install it with `apt-get install redis-server`"
 MIN_VERSION = (6, 2)  # LMOVE
+
+
+_PR_SET_PDEATHSIG = 1
+try:
+    _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+except OSError:  # not glibc/Linux: children are still stopped by try/finally, just not on a parent crash
+    _LIBC = None
+
+
+def die_with_parent(sig: int = signal.SIGKILL):
+    """A `preexec_fn` that makes the child receive `sig` when its parent dies (Linux `PR_SET_PDEATHSIG`),
+    so a killed test run or runner leaves no redis-server or worker behind."""
+
+    def preexec() -> None:
+        if _LIBC is not None:
+            _LIBC.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+    return preexec
 
 
 def redis_server_path() -> str | None:
@@ -65,7 +85,11 @@ class PrivateRedis:
             *self.extra_args,
         ]  # fmt: skip
         self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+            cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent(signal.SIGTERM),
         )
         deadline = time.monotonic() + timeout
         probe = redis.Redis(unix_socket_path=self.socket_path, socket_connect_timeout=1.0)

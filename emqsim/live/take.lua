@@ -13,7 +13,7 @@ if ARGV[5] == "1" then
   if ARGV[4] == "" then
     redis.call("SET", lock, ARGV[2])
   else
-    redis.call("SET", lock, ARGV[2], "PX", ARGV[4] + 1)
+    redis.call("SET", lock, ARGV[2], "PX", ARGV[4])
   end
 end
 local job = ARGV[1] .. id

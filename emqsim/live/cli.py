@@ -1,0 +1,194 @@
+"""`python -m emqsim live ...`: one scenario under one policy on a real Redis, printed like a simulator run.
+
+python -m emqsim live --scenario fast-dead --lease 30 --beat 10 --scan 5
+python -m emqsim live --scenario slow-alive --timeout 60 --time-scale 0.01 --json
+python -m emqsim live --redis redis://localhost:6379/15 --scenario frozen
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import warnings
+
+from emqsim.errors import ConfigError
+from emqsim.policies import LeasePolicy, LeaseWarning, ReclaimPolicy, TimeoutPolicy
+from emqsim.records import Run
+from emqsim.scenario import STANDARD, standard
+from emqsim.stats import summarize, summary_dict
+
+from .runner import DEFAULT_TIME_SCALE, LiveWarning, run_live
+
+LIVE_EXAMPLES = """
+examples:
+  python -m emqsim live --scenario fast-dead --lease 30 --beat 10 --scan 5
+  python -m emqsim live --scenario slow-alive --timeout 60
+  python -m emqsim live --scenario frozen --time-scale 0.05 --json
+  python -m emqsim live --redis redis://localhost:6379/15 --scenario fast-dead
+
+Settings are in the scenario's seconds; --time-scale turns them into real time (0.02: lease 30 s = 600 ms).
+Without --redis a private redis-server is started and stopped (apt-get install redis-server).
+"""
+
+
+def add_live_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `live` subcommand's flags (values are checked by `main_live`, which raises ConfigError)."""
+    parser.description = (
+        "Run one scenario under one policy with real worker processes on a real Redis: a crash is SIGKILL, "
+        "a freeze SIGSTOP/SIGCONT. Records are reported in the scenario's seconds, like the simulator's."
+    )
+    parser.epilog = LIVE_EXAMPLES
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument(
+        "--redis",
+        metavar="URL",
+        help="use this Redis (redis://host:port/db, unix:///path); default: a private one",
+    )
+    parser.add_argument(
+        "--scenario",
+        metavar="NAME",
+        default="fast-dead",
+        help=f"one of {', '.join(STANDARD)} (default fast-dead)",
+    )
+    g = parser.add_argument_group("policy (scenario seconds): the lease, or --timeout for the reaper")
+    g.add_argument("--lease", metavar="S", help="lock lease (default 30)")
+    g.add_argument("--beat", metavar="S", help="heartbeat period (default lease/3)")
+    g.add_argument("--scan", metavar="S", help="stalled sweep / reaper interval (default 5)")
+    g.add_argument("--timeout", metavar="S", help="run the fixed-timeout reaper with this timeout instead")
+    parser.add_argument(
+        "--time-scale",
+        metavar="F",
+        default=str(DEFAULT_TIME_SCALE),
+        help=f"real seconds per scenario second (default {DEFAULT_TIME_SCALE}; 1 = real time)",
+    )
+    parser.add_argument(
+        "--allow-foreign-keys",
+        action="store_true",
+        help="run even if the --redis database holds other keys (the run touches only its own prefix)",
+    )
+    parser.add_argument("--seed", metavar="N", default="0", help="seed for job durations, phases, faults")
+    parser.add_argument("--json", action="store_true", help="print the run's records and summary as JSON")
+
+
+def _seconds(flag: str, text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{flag} {text!r} is not a number of seconds (e.g. 30)") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{flag} {text!r} must be a positive number of seconds (e.g. 30)")
+    return value
+
+
+def policy_from_args(args: argparse.Namespace) -> ReclaimPolicy:
+    """The policy the flags describe: --timeout alone gives the reaper, otherwise the lease."""
+    lease = _seconds("--lease", args.lease)
+    beat = _seconds("--beat", args.beat)
+    scan = _seconds("--scan", args.scan) or 5.0
+    timeout = _seconds("--timeout", args.timeout)
+    if timeout is not None:
+        if lease is not None or beat is not None:
+            raise ConfigError(
+                "--timeout runs the reaper, which has no lease or heartbeat; drop --lease/--beat"
+            )
+        return TimeoutPolicy(timeout, scan)
+    lease = lease or 30.0
+    beat = beat or lease / 3
+    if beat >= lease:
+        raise ConfigError(
+            f"--beat {beat:g} must be shorter than the lease ({lease:g}); try --beat {lease / 3:g}"
+        )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LeaseWarning)
+        policy = LeasePolicy(lease, beat, scan)
+    for w in caught:
+        print(f"emqsim live: warning: {w.message}", file=sys.stderr)
+    return policy
+
+
+def main_live(args: argparse.Namespace) -> int:
+    """Run the `live` subcommand; bad input raises ConfigError (the CLI prints it and exits 2)."""
+    if args.scenario not in STANDARD:
+        raise ConfigError(f"--scenario {args.scenario!r} is unknown; choose one of: {', '.join(STANDARD)}")
+    try:
+        scale = float(args.time_scale)
+    except (TypeError, ValueError):
+        raise ConfigError(f"--time-scale {args.time_scale!r} is not a number (e.g. 0.02)") from None
+    if not (math.isfinite(scale) and 0 < scale <= 10):
+        raise ConfigError(f"--time-scale {args.time_scale!r} must be in (0, 10], e.g. 0.02")
+    try:
+        seed = int(args.seed)
+    except (TypeError, ValueError):
+        raise ConfigError(f"--seed {args.seed!r} is not a whole number") from None
+    if seed < 0:
+        raise ConfigError(f"--seed {seed} must be >= 0")
+    policy = policy_from_args(args)
+    scenario = standard(args.scenario)
+    started = time.monotonic()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LiveWarning)
+        run = run_live(
+            scenario,
+            policy,
+            redis_url=args.redis,
+            time_scale=scale,
+            allow_foreign_keys=args.allow_foreign_keys,
+            seed=seed,
+        )
+    for w in caught:
+        print(f"emqsim live: warning: {w.message}", file=sys.stderr)
+    real = time.monotonic() - started
+    if args.json:
+        out = {"run": run.as_dict(), "summary": summary_dict(summarize(run)), "real_seconds": round(real, 3)}
+        print(json.dumps(out, indent=2, allow_nan=False))
+    else:
+        print(format_run(run, real, args.redis))
+    return 0
+
+
+def _t(x: float | None) -> str:
+    return "" if x is None else f"{x:.2f}"
+
+
+def format_run(run: Run, real_seconds: float, redis_url: str | None = None) -> str:
+    """A short human report of one live run."""
+    p = run.policy
+    if p.get("timeout") is not None:
+        settings = f"timeout {p['timeout']:g} s, scan {p['scan']:g} s"
+    else:
+        settings = f"lease {p['lease']:g} s, beat {p['beat']:g} s, scan {p['scan']:g} s"
+    scale = p.get("time_scale", 1.0)
+    lines = [
+        f"live run: {run.scenario} under {p['policy']} ({settings}); time scale {scale:g} "
+        f"(1 s = {1000 * scale:g} ms real)",
+        f"redis: {redis_url or 'private redis-server'}",
+        f"ended: {run.ended_by} at {run.end:.2f} s ({real_seconds:.2f} s real, including start-up)",
+        "",
+        f"{'job':>4} {'try':>3} {'worker':>6}  {'outcome':<21} {'taken':>8} {'died':>8} {'reclaimed':>9}  "
+        f"{'worker then':<11} finish",
+    ]
+    for a in run.attempts[:40]:
+        lines.append(
+            f"{a.job:>4} {a.attempt:>3} {a.worker:>6}  {a.outcome:<21} {_t(a.taken_at):>8} {_t(a.died_at):>8} "
+            f"{_t(a.reclaimed_at if a.reclaimed_at is not None else a.failed_at):>9}  "
+            f"{a.worker_state_at_reclaim or '':<11} {a.finish_result or ''}"
+        )
+    if len(run.attempts) > 40:
+        lines.append(f"  ... {len(run.attempts) - 40} more attempts (--json for all)")
+    s = summarize(run)
+    det = ", ".join(f"{x:.2f}" for x in s.detection_latencies[:10]) or "none"
+    lines += [
+        "",
+        f"detection latency (crash -> reclaim, s): {det}",
+        f"false reclaims: {s.false_reclaims}   rejected finishes: {s.finishes_rejected}   "
+        f"duplicate completions: {s.duplicate_completions}   undetected dead: {s.undetected}",
+        "requests: "
+        + ", ".join(f"{k} {v}" for k, v in run.requests.items())
+        + f"; redis commands {run.redis_commands}",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,982 @@
+"""run_live(scenario, policy) -> Run: the lease protocol on a real Redis with real worker processes.
+
+The parent process owns the run: it starts (or checks) Redis, loads the Lua scripts, spawns one OS process
+per worker (plus a reaper process when the policy has one), adds the jobs at their arrival times, carries
+out the faults with real signals (crash = SIGKILL, freeze = SIGSTOP then SIGCONT), and reads every
+worker's report lines from its stdout pipe. At the end it turns those reports and its own fault timeline
+into the same `Run` records the simulator produces, in the scenario's seconds, so `emqsim.stats` works on
+both.
+
+Time scaling: every duration of the scenario and the policy is multiplied by `time_scale` on the way in
+(lease 30 s at 0.02 is a 600 ms PX) and every measured time divided by it on the way out. Times are
+client wall-clock readings (`time.time()`); a server-side time (taken, reclaimed, finish applied) is the
+time the request was sent, which is also the `now` the script receives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import json
+import math
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from emqsim.engine import _mark_duplicates, _outcome
+from emqsim.errors import ConfigError
+from emqsim.faults import Crash, Freeze, as_distribution
+from emqsim.keys import QueueKeys
+from emqsim.live.lua import key_names
+from emqsim.live.scripts import LuaQueue
+from emqsim.live.server import PrivateRedis, check_no_foreign_keys, connect, delete_prefix, die_with_parent
+from emqsim.policies import LeasePolicy, ReclaimPolicy, TimeoutPolicy
+from emqsim.protocol import FINISH_ERRORS
+from emqsim.records import Attempt, LockEvent, Run, SweepEvent, WorkerEvent
+from emqsim.scenario import Scenario
+from emqsim.seeds import stream
+from emqsim.units import to_ms
+
+WORKER_SCRIPT = Path(__file__).with_name("worker.py")
+DEFAULT_TIME_SCALE = 0.02
+SPARES = 2  # idle worker processes kept ready when the scenario restarts crashed workers
+MIN_TIMER_MS = 5  # real milliseconds: below this, OS scheduling jitter is the whole signal
+HOUR_S = 3600.0
+# Commands the parent itself sends during a run; not counted as protocol work in `redis_commands`.
+_ADMIN_COMMANDS = {
+    "evalsha", "eval", "script", "info", "ping", "dbsize", "client", "hello", "select", "command",
+    "config", "scan", "subscribe", "psubscribe", "unsubscribe", "punsubscribe",
+}  # fmt: skip
+
+
+class LiveWarning(UserWarning):
+    """Live settings that run but measure mostly the machine (timers near the OS's scheduling jitter)."""
+
+
+@dataclass(frozen=True)
+class LiveSettings:
+    """The policy's protocol parameters, in real milliseconds after time scaling."""
+
+    kind: str  # "lease" or "timeout"
+    lock_ms: int | None  # PX set by take (None: a lock without expiry, or none at all)
+    set_lock: bool
+    fenced: bool
+    renewal: dict[str, Any] | None
+    sweep_kind: str  # two_phase, single_phase, reap
+    sweep_ms: int
+    swept_by: str
+    max_stalled: int | None
+    timeout_ms: int | None
+
+    @classmethod
+    def from_policy(cls, policy: ReclaimPolicy, time_scale: float) -> LiveSettings:
+        def real(name: str, ms: int) -> int:
+            scaled = round(ms * time_scale)
+            if scaled < MIN_TIMER_MS:
+                raise ConfigError(
+                    f"{name} {ms / 1000:g} s x time_scale {time_scale:g} = {ms * time_scale:.3g} ms real; live "
+                    f"timers need >= {MIN_TIMER_MS} ms: raise --time-scale or the setting"
+                )
+            return scaled
+
+        _check_steps(policy)
+        if isinstance(policy, LeasePolicy):
+            rule = policy.renewal
+            if rule is None or rule.per_job:
+                raise ConfigError(
+                    "live mode runs one lock-manager timer per worker; per_job renewal is sim-only"
+                )
+            lease = real("lease", policy.lease_ms)
+            tick = real("renewal tick", rule.tick_ms)
+            renewal = {
+                "lease_ms": lease,
+                "tick_ms": tick,
+                "min_age_ms": round(rule.min_age_ms * time_scale),
+                "strict": rule.strict,
+                "after_reply": rule.after_reply,
+                "recreate_missing": rule.recreate_missing,
+            }
+            return cls(
+                kind="lease",
+                lock_ms=lease,
+                set_lock=True,
+                fenced=True,
+                renewal=renewal,
+                sweep_kind="two_phase" if policy.two_phase else "single_phase",
+                sweep_ms=real("scan", policy.sweep_interval_ms),
+                swept_by=policy.swept_by,
+                max_stalled=policy.max_stalled,
+                timeout_ms=None,
+            )
+        if isinstance(policy, TimeoutPolicy):
+            return cls(
+                kind="timeout",
+                lock_ms=None,
+                set_lock=policy.fenced,
+                fenced=policy.fenced,
+                renewal=None,
+                sweep_kind="reap",
+                sweep_ms=real("scan", policy.sweep_interval_ms),
+                swept_by=policy.swept_by,
+                max_stalled=policy.max_stalled,
+                timeout_ms=real("timeout", policy.timeout_ms),
+            )
+        raise ConfigError(
+            f"live mode runs LeasePolicy or TimeoutPolicy (their Lua scripts), got {type(policy).__name__}"
+        )
+
+
+def _check_steps(policy: ReclaimPolicy) -> None:
+    """A subclass that changes a server-side step has no Lua script: refuse rather than run the base's."""
+    base = LeasePolicy if isinstance(policy, LeasePolicy) else TimeoutPolicy
+    for step in ("take", "renew", "finish", "sweep"):
+        if isinstance(policy, base) and getattr(type(policy), step) is not getattr(base, step):
+            raise ConfigError(
+                f"{type(policy).__name__} overrides {step}(); live mode can only run the stock steps as Lua"
+            )
+
+
+# -- the parent's view of its processes ----------------------------------------------------------------------
+@dataclass
+class Proc:
+    """One worker (or reaper) process and what the parent did to it (real times)."""
+
+    wid: int | None
+    popen: subprocess.Popen[bytes]
+    role: str
+    log_path: Path | None = None
+    buffer: bytes = b""
+    ready: bool = False
+    state: str = "alive"
+    timeline: list[tuple[float, str]] = field(default_factory=list)  # (real time, state from then on)
+    counts: dict[str, int] = field(default_factory=dict)
+    open_eof: bool = True
+    started: bool = False
+
+    def state_at(self, t: float) -> str:
+        state = "alive"
+        for when, s in self.timeline:
+            if when <= t:
+                state = s
+            else:
+                break
+        return state
+
+
+class LiveRun:
+    """One live run. Build it, call `run()` once."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        policy: ReclaimPolicy,
+        *,
+        seed: int = 0,
+        replication: int = 0,
+        redis_url: str | None = None,
+        time_scale: float = DEFAULT_TIME_SCALE,
+        allow_foreign_keys: bool = False,
+        poll: float = 0.005,
+        record_locks: bool = True,
+        startup_timeout: float = 30.0,
+    ) -> None:
+        if not isinstance(scenario, Scenario):
+            raise ConfigError(f"scenario must be an emqsim Scenario, got {type(scenario).__name__}")
+        if not isinstance(policy, ReclaimPolicy):
+            raise ConfigError(f"policy must be a LeasePolicy or TimeoutPolicy, got {policy!r}")
+        if not (isinstance(time_scale, int | float) and math.isfinite(time_scale) and time_scale > 0):
+            raise ConfigError(f"time_scale must be a positive number, got {time_scale!r}")
+        if not (isinstance(poll, int | float) and 0 < poll <= 1):
+            raise ConfigError(f"poll must be in (0, 1] real seconds, got {poll!r}")
+        self.scenario = scenario
+        self.policy = policy
+        self.seed = seed
+        self.replication = replication
+        self.redis_url = redis_url
+        self.scale = float(time_scale)
+        self.allow_foreign_keys = allow_foreign_keys
+        self.poll = float(poll)
+        self.record_locks = record_locks
+        self.startup_timeout = startup_timeout
+        self.live = LiveSettings.from_policy(policy, self.scale)
+        if self.live.renewal is not None and self.live.renewal["tick_ms"] < 20:
+            warnings.warn(
+                f"the heartbeat ticks every {self.live.renewal['tick_ms']} ms real: scheduling jitter on a "
+                "busy machine is of that order; prefer a larger time_scale",
+                LiveWarning,
+                stacklevel=3,
+            )
+        run_id = uuid.uuid4().hex[:8]
+        self.keys = QueueKeys(f"{scenario.queue}-live-{run_id}")
+        self.prefix = self.keys.base + ":"
+        # Workload and faults from the same named streams as the simulator: same seed, same jobs.
+        works = scenario.duration.sample(stream(seed, replication, "durations"), scenario.jobs)
+        self.works_s = [to_ms(float(w)) / 1000 for w in works]  # scenario seconds, ms-rounded as the sim
+        rate = scenario.arrival_rate
+        if rate is None:
+            self.arrival_s = [0.0] * scenario.jobs
+        else:
+            gaps = stream(seed, replication, "arrivals").exponential(1 / rate, scenario.jobs)
+            self.arrival_s = [ms / 1000 for ms in itertools.accumulate(to_ms(float(g)) for g in gaps)]
+        self.job_faults: dict[int, list[Crash | Freeze]] = {}
+        for fault in scenario.faults:
+            if fault.job is not None:
+                self.job_faults.setdefault(fault.job, []).append(fault)
+        # Run state.
+        self.procs: dict[int, Proc] = {}  # started processes by worker id (-1: the reaper)
+        self.all_procs: list[Proc] = []  # including the idle spare
+        self.spawned = 0
+        self.pending_restarts: list[int] = []
+        self.stopping = False
+        self.restart_requested: dict[int, float] = {}
+        self.next_wid = scenario.workers
+        self.events: list[dict[str, Any]] = []
+        self.worker_events: list[tuple[float, int, str, str]] = []
+        self.schedule: list[tuple[float, int, Callable[[], None]]] = []
+        self.seq = 0
+        self.t0 = 0.0
+        self.arrived: list[float] = []
+        self.settled = 0
+        self.executing: dict[str, int] = {}  # token -> worker, attempts taken and not yet over
+        self.first_taken: set[str] = set()
+        self.synthetic_takes: list[dict[str, Any]] = []
+        self.evictions: list[tuple[float, str]] = []
+        self.resident_peak = 0
+        self.selector = selectors.DefaultSelector()
+        self.tmpdir: Path | None = None
+        self.server: PrivateRedis | None = None
+        self.client: redis.Redis | None = None
+
+    # -- helpers -------------------------------------------------------------------------------------------
+    def at(self, when: float, action: Callable[[], None]) -> None:
+        self.seq += 1
+        heapq.heappush(self.schedule, (when, self.seq, action))
+
+    def sim_s(self, real_t: float) -> float:
+        """A real wall-clock time -> scenario seconds since the start (microsecond resolution)."""
+        return round((real_t - self.t0) / self.scale, 6)
+
+    def _rng(self, name: str, *index: int):
+        return stream(self.seed, self.replication, name, *index)
+
+    # -- processes -----------------------------------------------------------------------------------------
+    def spawn(self, role: str) -> Proc:
+        """Start a worker (or reaper) process; it connects, reports `ready` and waits for `start`."""
+        live = self.live
+        sweep = None
+        if role == "reaper" or live.swept_by == "workers":
+            sweep = {
+                "kind": live.sweep_kind,
+                "interval_ms": live.sweep_ms,
+                "max_stalled": live.max_stalled,
+                "timeout_ms": live.timeout_ms,
+            }
+        network = self.scenario.network
+        cfg = {
+            "role": role,
+            "redis": self.url,
+            "keys": key_names(self.keys.base),
+            "shas": self.shas,
+            "concurrency": self.scenario.concurrency,
+            "take": {"lock_ms": live.lock_ms, "set_lock": live.set_lock},
+            "fenced": live.fenced,
+            "renewal": live.renewal if role == "worker" else None,
+            "sweep": sweep,
+            "works": [w * self.scale for w in self.works_s],
+            "poll_s": self.poll,
+            "chunk_s": min(0.02, max(0.002, 0.25 * (live.renewal or {}).get("tick_ms", 80) / 1000)),
+            "slack_s": 0.005,
+            "network": {
+                "loss": network.loss,
+                "loss_on": network.loss_on,
+                "command_timeout_s": network.command_timeout * self.scale,
+            },
+        }
+        assert self.tmpdir is not None
+        self.spawned += 1
+        log_path = self.tmpdir / f"process-{self.spawned}.log"
+        with open(log_path, "wb") as log:
+            popen = subprocess.Popen(
+                [sys.executable, str(WORKER_SCRIPT)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+                preexec_fn=die_with_parent(signal.SIGKILL),
+            )
+        assert popen.stdin is not None and popen.stdout is not None
+        popen.stdin.write((json.dumps(cfg) + "\n").encode())
+        popen.stdin.flush()
+        os.set_blocking(popen.stdout.fileno(), False)
+        proc = Proc(None, popen, role, log_path=log_path)
+        self.all_procs.append(proc)
+        self.selector.register(popen.stdout, selectors.EVENT_READ, proc)
+        return proc
+
+    def start(self, proc: Proc, wid: int, t_go: float, restarted: bool = False) -> None:
+        """Give a ready process its identity and start time; its timers' phases are the simulator's."""
+        proc.wid = wid
+        proc.started = True
+        self.procs[wid] = proc
+        if proc.role == "reaper":
+            aligned = self.scenario.phases == "aligned"
+            first_renew = 0
+            first_sweep = (
+                0 if aligned else int(self._rng("phases", 0).integers(0, self.policy.sweep_interval_ms))
+            )
+        else:
+            first_renew, first_sweep = self.phases(wid)
+        go = {
+            "wid": wid,
+            "t0": t_go,
+            "first_renew_ms": round(first_renew * self.scale),
+            "first_sweep_ms": round(first_sweep * self.scale),
+            "seed": int(self._rng("network", wid if wid >= 0 else 10**9).integers(0, 2**31)),
+        }
+        self.send(proc, "go " + json.dumps(go))
+        if proc.role == "worker":
+            self.worker_events.append((t_go, wid, "restart" if restarted else "start", ""))
+
+    def send(self, proc: Proc, line: str) -> None:
+        with contextlib.suppress(BrokenPipeError, OSError, ValueError):
+            assert proc.popen.stdin is not None
+            proc.popen.stdin.write((line + "\n").encode())
+            proc.popen.stdin.flush()
+
+    def phases(self, wid: int) -> tuple[int, int]:
+        """First renewal tick and first sweep, scenario ms after start (the simulator's draws)."""
+        aligned = self.scenario.phases == "aligned"
+        rng = self._rng("phases", wid + 1)
+        policy = self.policy
+        first_renew = 0
+        if policy.renewal is not None:
+            tick = policy.renewal.tick_ms
+            first_renew = tick if aligned else int(rng.integers(1, tick + 1))
+        first_sweep = 0
+        if policy.swept_by == "workers":
+            first_sweep = 0 if aligned else int(rng.integers(0, policy.sweep_interval_ms))
+        return first_renew, first_sweep
+
+    def can_restart(self) -> bool:
+        rf = self.scenario.random_faults
+        if rf is not None and rf.crash_rate > 0 and rf.restart_after is not None:
+            return True
+        return any(isinstance(f, Crash) and f.restart_after is not None for f in self.scenario.faults)
+
+    def spare(self) -> None:
+        """Keep idle processes ready (`SPARES`), so a restart does not pay Python's start-up time."""
+        idle = sum(p.role == "worker" and not p.started and p.popen.poll() is None for p in self.all_procs)
+        for _ in range(min(SPARES, self.scenario.workers) - idle):
+            self.spawn("worker")
+
+    def start_pending(self) -> None:
+        for proc in self.all_procs:
+            if not self.pending_restarts:
+                break
+            if proc.role == "worker" and proc.ready and not proc.started and proc.popen.poll() is None:
+                wid = self.pending_restarts.pop(0)
+                now = time.time()
+                self.start(proc, wid, now, restarted=True)
+                self.random_faults(wid, now)
+        if self.can_restart():
+            self.spare()
+
+    # -- reading reports -----------------------------------------------------------------------------------
+    def pump(self, timeout: float) -> None:
+        """Read whatever the processes reported, waiting at most `timeout` seconds."""
+        for key, _ in self.selector.select(max(0.0, timeout)):
+            self.read_from(key.data)
+
+    def read_from(self, proc: Proc, final: bool = False) -> None:
+        stream_ = proc.popen.stdout
+        assert stream_ is not None
+        while True:
+            try:
+                chunk = os.read(stream_.fileno(), 65536)
+            except BlockingIOError:
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:
+                with contextlib.suppress(KeyError, ValueError):
+                    self.selector.unregister(stream_)
+                proc.open_eof = False
+                if proc.state != "dead" and not self.stopping and not final:
+                    proc.popen.wait()
+                    raise RuntimeError(
+                        f"a {proc.role} process exited unexpectedly ({proc.popen.returncode}):\n"
+                        + self.log_tail(proc)
+                    )
+                break
+            proc.buffer += chunk
+        *lines, proc.buffer = proc.buffer.split(b"\n")
+        for raw in lines:
+            if raw.strip():
+                self.on_event(proc, json.loads(raw))
+        if final:
+            proc.buffer = b""  # a half line from a killed process is dropped
+
+    def on_event(self, proc: Proc, ev: dict[str, Any]) -> None:
+        kind = ev["e"]
+        if kind == "error":
+            raise RuntimeError(f"{proc.role} {proc.wid} failed:\n{ev['msg']}")
+        if kind == "ready":
+            proc.ready = True
+            if self.t0:
+                self.start_pending()
+            return
+        if kind == "counts":
+            proc.counts = ev["counts"]
+            return
+        if kind == "bye":
+            return
+        self.events.append(ev)
+        if kind == "take":
+            self.executing[ev["token"]] = proc.wid
+            if ev["job"] not in self.first_taken:
+                self.first_taken.add(ev["job"])
+                self.job_started(proc, int(ev["job"]), ev["s"])
+        elif kind == "finished":
+            self.executing.pop(ev["token"], None)
+            if ev["active"]:
+                self.settled += 1
+        elif kind == "sweep":
+            self.settled += len(ev["failed"])
+
+    # -- faults --------------------------------------------------------------------------------------------
+    def job_started(self, proc: Proc, job: int, started: float) -> None:
+        for i, fault in enumerate(self.job_faults.get(job, ())):
+            rng = self._rng("job_faults", job, i)
+            after = to_ms(float(as_distribution(fault.after, "after").sample(rng, 1)[0])) / 1000
+            self.at(started + after * self.scale, lambda f=fault, r=rng, w=proc.wid: self.apply(w, f, r))
+
+    def apply(self, wid: int, fault: Crash | Freeze, rng: Any) -> None:
+        if isinstance(fault, Crash):
+            self.crash(wid, fault.restart_after)
+        else:
+            duration = to_ms(float(as_distribution(fault.duration, "duration").sample(rng, 1)[0])) / 1000
+            self.freeze(wid, duration)
+
+    def crash(self, wid: int, restart_after: float | None) -> None:
+        proc = self.procs[wid]
+        if proc.state == "dead":
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.popen.pid, signal.SIGKILL)
+        now = time.time()
+        proc.state = "dead"
+        proc.timeline.append((now, "dead"))
+        self.worker_events.append((now, wid, "crash", ""))
+        proc.popen.wait()
+        self.read_from(proc, final=True)  # everything it wrote before dying
+        self.pump(0)  # and what the others reported so far, before looking at Redis
+        self.reconcile(proc, now)
+        for token, owner in list(self.executing.items()):
+            if owner == wid:
+                del self.executing[token]
+        if restart_after is not None:
+            self.at(now + restart_after * self.scale, self.restart)
+
+    def reconcile(self, proc: Proc, died: float) -> None:
+        """Steps the dead worker ran in Redis but never reported (killed between the reply and the report
+        line, a window of microseconds): recover them from the keys so the records stay complete."""
+        assert self.client is not None
+        x = self.client
+        mine = [ev for ev in self.events if ev["w"] == proc.wid]
+        finished = {ev["token"] for ev in mine if ev["e"] == "finished"}
+        accepted_jobs = {ev["job"] for ev in self.events if ev["e"] == "finished" and ev["code"] == 0}
+        for ev in mine:
+            if ev["e"] == "finishing" and ev["token"] not in finished and ev["job"] not in accepted_jobs:
+                lock = x.get(self.keys.lock(ev["job"])) if self.live.fenced else None
+                if lock != ev["token"] and x.sismember(self.keys.completed, ev["job"]):
+                    self.on_event(proc, {**ev, "e": "finished", "r": died, "code": 0, "active": 1})
+        known = {ev["job"] for ev in self.events if ev["e"] == "take" and ev["token"] in self.executing}
+        for job in x.lrange(self.keys.active, 0, -1):
+            if job in known:
+                continue
+            started = x.hget(self.keys.job(job), "processedOn")
+            if self.live.set_lock:
+                token = x.get(self.keys.lock(job))
+                if token is None or not token.startswith(f"{proc.wid}:"):
+                    continue
+            else:  # no lock to tell whose it is: a take of this worker stamped before it died
+                if started is None or int(started) > died * 1000:
+                    continue
+                token = f"{proc.wid}:?{job}"
+            t = int(started) / 1000 if started else died
+            ev = {"e": "take", "w": proc.wid, "job": job, "token": token, "t": t, "s": None}
+            self.events.append(ev)
+            self.synthetic_takes.append(ev)
+
+    def freeze(self, wid: int, duration_s: float) -> None:
+        proc = self.procs[wid]
+        if proc.state != "alive":
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.popen.pid, signal.SIGSTOP)
+        now = time.time()
+        proc.state = "frozen"
+        proc.timeline.append((now, "frozen"))
+        self.worker_events.append((now, wid, "freeze", f"{duration_s:g} s"))
+        self.at(now + duration_s * self.scale, lambda: self.resume(wid))
+
+    def resume(self, wid: int) -> None:
+        proc = self.procs[wid]
+        if proc.state != "frozen":
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.popen.pid, signal.SIGCONT)
+        now = time.time()
+        proc.state = "alive"
+        proc.timeline.append((now, "alive"))
+        self.worker_events.append((now, wid, "resume", ""))
+
+    def restart(self) -> None:
+        """A replacement worker: the ready spare starts now (or the next process to become ready)."""
+        self.restart_requested[self.next_wid] = time.time()
+        self.pending_restarts.append(self.next_wid)
+        self.next_wid += 1
+        self.start_pending()
+
+    def random_faults(self, wid: int, start: float) -> None:
+        faults = self.scenario.random_faults
+        if faults is None:
+            return
+        if faults.crash_rate > 0:
+            rng = self._rng("faults", wid)
+            after = max(0.001, to_ms(rng.exponential(HOUR_S / faults.crash_rate)) / 1000)
+            self.at(start + after * self.scale, lambda: self.crash(wid, faults.restart_after))
+        if faults.freeze_rate > 0:
+            rng = self._rng("faults", wid, 1)
+
+            def next_freeze(when: float) -> None:
+                gap = max(0.001, to_ms(rng.exponential(HOUR_S / faults.freeze_rate)) / 1000)
+                duration = max(0.001, to_ms(float(faults.freeze_duration.sample(rng, 1)[0])) / 1000)
+
+                def fire() -> None:
+                    if self.procs[wid].state == "dead":
+                        return
+                    self.freeze(wid, duration)
+                    next_freeze(time.time() + duration * self.scale)
+
+                self.at(when + gap * self.scale, fire)
+
+            next_freeze(start)
+
+    def log_tail(self, proc: Proc) -> str:
+        try:
+            assert proc.log_path is not None
+            return proc.log_path.read_text(errors="replace")[-2000:]
+        except (OSError, AssertionError):
+            return "(no log)"
+
+    # -- Redis ---------------------------------------------------------------------------------------------
+    def open_redis(self) -> None:
+        if self.redis_url is None:
+            self.server = PrivateRedis(
+                "--hz", str(self.scenario.hz), "--notify-keyspace-events", "Ex"
+            ).start()
+            self.url = self.server.url
+            self.client = self.server.client()
+            self.foreign = 0
+        else:
+            self.url = self.redis_url
+            self.client = connect(self.redis_url)
+            if not self.allow_foreign_keys:
+                check_no_foreign_keys(self.client, self.prefix, self.redis_url)
+            self.foreign = int(self.client.dbsize())
+        self.shas = LuaQueue(self.client, self.keys).shas
+
+    def watch_evictions(self, stop: threading.Event) -> threading.Thread | None:
+        """On a private server, record when Redis actually removes an expired lock (keyspace events)."""
+        if self.server is None or not self.record_locks:
+            return None
+        pubsub = self.server.client().pubsub(ignore_subscribe_messages=True)
+        pubsub.subscribe("__keyevent@0__:expired")
+
+        def listen() -> None:
+            try:
+                while not stop.is_set():
+                    msg = pubsub.get_message(timeout=0.05)
+                    if msg is not None:
+                        self.evictions.append((time.time(), msg["data"]))
+            except redis.RedisError:
+                pass
+            finally:
+                with contextlib.suppress(Exception):
+                    pubsub.close()
+
+        thread = threading.Thread(target=listen, daemon=True)
+        thread.start()
+        return thread
+
+    def command_total(self) -> int:
+        assert self.client is not None
+        stats = self.client.info("commandstats")
+        return sum(
+            int(v["calls"])
+            for k, v in stats.items()
+            if k.removeprefix("cmdstat_").split("|")[0] not in _ADMIN_COMMANDS
+        )
+
+    # -- the run -------------------------------------------------------------------------------------------
+    def run(self) -> Run:
+        stop_watch = threading.Event()
+        watcher = None
+        try:
+            self.tmpdir = Path(tempfile.mkdtemp(prefix="emqsim-live-run-"))
+            self.open_redis()
+            watcher = self.watch_evictions(stop_watch)
+            return self._run()
+        finally:
+            stop_watch.set()
+            self.stop_all()
+            if watcher is not None:
+                watcher.join(timeout=1)
+            if self.client is not None:
+                with contextlib.suppress(redis.RedisError):
+                    if self.server is None:
+                        delete_prefix(self.client, self.prefix)
+                self.client.close()
+            if self.server is not None:
+                self.server.stop()
+            if self.tmpdir is not None:
+                shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+    def _run(self) -> Run:
+        scenario = self.scenario
+        assert self.client is not None
+        commands_before = self.command_total()
+        initial = [self.spawn("worker") for _ in range(scenario.workers)]
+        reaper = self.spawn("reaper") if self.live.swept_by == "reaper" else None
+        if self.can_restart():
+            for _ in range(min(SPARES, scenario.workers)):
+                self.spawn("worker")
+        deadline = time.time() + self.startup_timeout
+        while not all(p.ready for p in self.all_procs):
+            for p in self.all_procs:
+                if p.popen.poll() is not None and not p.ready:
+                    self.pump(0)
+                    raise RuntimeError(f"a {p.role} process exited at start:\n{self.log_tail(p)}")
+            if time.time() > deadline:
+                raise RuntimeError(f"worker processes did not start within {self.startup_timeout} s")
+            self.pump(0.01)
+        self.t0 = time.time() + 0.05
+        for wid, proc in enumerate(initial):
+            self.start(proc, wid, self.t0)
+        if reaper is not None:
+            self.start(reaper, -1, self.t0)
+        for fault in scenario.faults:
+            if fault.worker is not None:
+                self.at(
+                    self.t0 + fault.at * self.scale,
+                    lambda f=fault: self.apply(f.worker, f, self._rng("faults", f.worker, 2)),
+                )
+        for wid in range(scenario.workers):
+            self.random_faults(wid, self.t0)
+        queue = LuaQueue(self.client, self.keys)
+        horizon = self.t0 + scenario.horizon * self.scale
+        next_job = 0
+        next_sample = 0.0
+        ended_by = "horizon"
+        while True:
+            now = time.time()
+            while next_job < scenario.jobs and self.t0 + self.arrival_s[next_job] * self.scale <= now:
+                queue.add(str(next_job))
+                self.arrived.append(time.time())
+                next_job += 1
+            while self.schedule and self.schedule[0][0] <= now:
+                _, _, action = heapq.heappop(self.schedule)
+                action()
+            if now >= next_sample:
+                self.resident_peak = max(self.resident_peak, int(self.client.dbsize()) - self.foreign)
+                next_sample = now + 0.05
+            if next_job == scenario.jobs and self.settled >= scenario.jobs and not self.executing:
+                ended_by = "done"
+                break
+            if now >= horizon:
+                break
+            wake = min(
+                horizon,
+                now + 0.05,
+                self.schedule[0][0] if self.schedule else math.inf,
+                self.t0 + self.arrival_s[next_job] * self.scale if next_job < scenario.jobs else math.inf,
+            )
+            self.pump(wake - time.time())
+        end = time.time()
+        # Each empty poll ran one LMOVE inside `take`; the simulator's blocking take parks instead.
+        polls = sum(p.counts.get("poll", 0) for p in self.all_procs)
+        self.redis_commands = max(0, self.command_total() - commands_before - polls)
+        x = self.client
+        self.final_state = {
+            "wait": int(x.llen(self.keys.wait)),
+            "active": int(x.llen(self.keys.active)),
+            "completed": int(x.scard(self.keys.completed)),
+            "failed": int(x.scard(self.keys.failed)),
+        }
+        self.stop_all()
+        return self.build(end, ended_by)
+
+    def stop_all(self) -> None:
+        """Ask every process to stop, then SIGKILL its process group whatever it did; read its last words."""
+        self.stopping = True
+        procs = [p for p in self.all_procs if p.popen.poll() is None]
+        for p in procs:
+            if p.state == "frozen":
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.popen.pid, signal.SIGCONT)
+            self.send(p, "stop")
+        deadline = time.time() + 1.0
+        for p in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.popen.wait(timeout=max(0.0, deadline - time.time()))
+        for p in self.all_procs:
+            if p.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.popen.pid, signal.SIGKILL)
+                p.popen.wait()
+            if p.open_eof:
+                with contextlib.suppress(Exception):
+                    self.read_from(p, final=True)
+            with contextlib.suppress(Exception):
+                assert p.popen.stdin is not None
+                p.popen.stdin.close()
+            with contextlib.suppress(Exception):
+                assert p.popen.stdout is not None
+                p.popen.stdout.close()
+
+    # -- records -------------------------------------------------------------------------------------------
+    def build(self, end: float, ended_by: str) -> Run:
+        s = self.sim_s
+        procs = self.procs
+        takes = sorted((e for e in self.events if e["e"] == "take"), key=lambda e: e["t"])
+        attempts: list[Attempt] = []
+        by_token: dict[str, Attempt] = {}
+        by_job: dict[str, list[Attempt]] = {}
+        for ev in takes:
+            job = ev["job"]
+            tries = by_job.setdefault(job, [])
+            a = Attempt(
+                job=job,
+                attempt=len(tries) + 1,
+                worker=ev["w"],
+                token=ev["token"],
+                work=self.works_s[int(job)],
+                taken_at=s(ev["t"]),
+                started_at=None if ev["s"] is None else s(ev["s"]),
+            )
+            tries.append(a)
+            attempts.append(a)
+            by_token[a.token] = a
+        lock_events: list[LockEvent] = []
+        lease_s = None if self.live.lock_ms is None else self.live.lock_ms / 1000
+        for ev in self.events:
+            kind = ev["e"]
+            if kind == "finishing" and ev["token"] in by_token:
+                by_token[ev["token"]].finished_at = s(ev["t"])
+            elif kind == "finished" and ev["token"] in by_token:
+                a = by_token[ev["token"]]
+                a.finish_applied_at = s(ev["t"])
+                code = int(ev["code"])
+                a.finish_result = "accepted" if code == 0 else _finish_error(code, a.job)
+                if code == 0 and self.record_locks and self.live.fenced:
+                    lock_events.append(LockEvent(s(ev["t"]), a.job, a.token, "released"))
+            elif kind == "renew" and self.record_locks:
+                failed = set(ev["failed"] or ())
+                for job, token in ev["held"]:
+                    if ev["failed"] is None:
+                        continue  # lost on the (emulated) network: never reached Redis
+                    if job in failed:
+                        lock_events.append(LockEvent(s(ev["t"]), job, token, "renew_failed"))
+                    else:
+                        expires = s(ev["t"] + lease_s) if lease_s is not None else None
+                        lock_events.append(LockEvent(s(ev["t"]), job, token, "renewed", expires))
+        # Reclaims: the n-th reclaim (or failure) of a job ends its n-th attempt (takes and reclaims of a job
+        # alternate), which does not depend on how the processes' clocks interleave.
+        sweeps = []
+        ends: dict[str, int] = {}
+        for ev in sorted((e for e in self.events if e["e"] == "sweep"), key=lambda e: e["t"]):
+            sweeps.append(
+                SweepEvent(
+                    s(ev["t"]),
+                    ev["by"],
+                    ev["skipped"],
+                    tuple(ev["reclaimed"]),
+                    tuple(ev["failed"]),
+                    ev["marked"],
+                )
+            )
+            for job, failed in [(j, False) for j in ev["reclaimed"]] + [(j, True) for j in ev["failed"]]:
+                n = ends.get(job, 0)
+                ends[job] = n + 1
+                tries = by_job.get(job, [])
+                if n >= len(tries):
+                    continue
+                a = tries[n]
+                if failed:
+                    a.failed_at = s(ev["t"])
+                else:
+                    a.reclaimed_at = s(ev["t"])
+                a.reclaimed_by = ev["by"]
+                a.worker_state_at_reclaim = procs[a.worker].state_at(ev["t"])  # type: ignore[assignment]
+                if self.record_locks and self.live.fenced and self.live.renewal is None:
+                    lock_events.append(LockEvent(s(ev["t"]), job, a.token, "deleted"))
+        # Deaths and the work each attempt did.
+        for a in attempts:
+            proc = procs[a.worker]
+            death = next((t for t, st in proc.timeline if st == "dead"), None)
+            taken_real = self.t0 + a.taken_at * self.scale
+            applied_real = None if a.finish_applied_at is None else self.t0 + a.finish_applied_at * self.scale
+            ended = [t for t in (a.reclaimed_at, a.failed_at) if t is not None]
+            ended_real = self.t0 + min(ended) * self.scale if ended else None
+            if (
+                death is not None
+                and taken_real <= death
+                and (applied_real is None or applied_real > death)
+                and (ended_real is None or ended_real > death)  # a job reclaimed before is not its hostage
+            ):
+                a.died_at = s(death)
+            if death is not None and a.finished_at is not None and applied_real is None:
+                a.finished_at = None  # it sent the finish, but died before Redis ran it
+            if a.finished_at is not None:
+                a.work_done = a.work
+            elif a.started_at is not None:
+                stop = death if a.died_at is not None else end
+                a.work_done = min(a.work, self._worked(proc, self.t0 + a.started_at * self.scale, stop))
+        for a in attempts:
+            a.outcome = _outcome(a)
+        _mark_duplicates(attempts)
+        if self.record_locks:
+            for ev in takes:
+                if self.live.set_lock:
+                    expires = s(ev["t"] + lease_s) if lease_s is not None else None
+                    lock_events.append(LockEvent(s(ev["t"]), ev["job"], ev["token"], "set", expires))
+            for t, key in self.evictions:
+                job = self.keys.job_id_of_lock(key)
+                if job is not None:
+                    lock_events.append(LockEvent(s(t), job, None, "evicted", None, "expired"))
+            lock_events = _with_expiries(lock_events, s(end), 0.001 / self.scale)
+        # Round trips by kind, from the reports (exact even for killed workers); only the empty polls of
+        # `take` come from the workers' periodic counters.
+        kinds = {"take": "take", "finishing": "finish", "renew": "renew", "sweep": "sweep"}
+        counts = {"poll": sum(p.counts.get("poll", 0) for p in procs.values())}
+        for ev in self.events:
+            kind = kinds.get(ev["e"])
+            if kind is not None and ev not in self.synthetic_takes:
+                counts[kind] = counts.get(kind, 0) + 1
+        return Run(
+            scenario=self.scenario.name,
+            policy={**self.policy.settings(), "mode": "live", "time_scale": self.scale},
+            seed=self.seed,
+            replication=self.replication,
+            end=s(end),
+            ended_by=ended_by,
+            jobs=self.scenario.jobs,
+            arrivals=[s(t) for t in self.arrived],
+            attempts=attempts,
+            worker_events=sorted(
+                (WorkerEvent(s(t), w, k, d) for t, w, k, d in self.worker_events), key=lambda e: e.time
+            ),
+            lock_events=lock_events,
+            sweeps=sweeps,
+            requests=dict(sorted((k, v) for k, v in counts.items() if v)),
+            redis_commands=self.redis_commands,
+            resident_keys_peak=self.resident_peak,
+            final_state=self.final_state,
+        )
+
+    def _worked(self, proc: Proc, start: float, stop: float) -> float:
+        """Scenario seconds the process ran between two real times (frozen spans do not count)."""
+        frozen = 0.0
+        since = None
+        for t, state in proc.timeline:
+            if state == "frozen":
+                since = t
+            elif since is not None:
+                frozen += max(0.0, min(t, stop) - max(since, start))
+                since = None
+        if since is not None:
+            frozen += max(0.0, stop - max(since, start))
+        return max(0.0, stop - start - frozen) / self.scale
+
+
+def _finish_error(code: int, job: str) -> str:
+    return FINISH_ERRORS[code].format(id=job)
+
+
+def _with_expiries(events: list[LockEvent], end: float, one_ms: float) -> list[LockEvent]:
+    """Add the logical expiry of every lock that lapsed, as the simulator's records do: a key is visible
+    through its expiry millisecond and gone one (real) millisecond later."""
+    events = sorted(events, key=lambda e: e.time)
+    last: dict[tuple[str, str | None], LockEvent] = {}
+    out = list(events)
+
+    def lapse(previous: LockEvent | None, before: float) -> None:
+        if (
+            previous is not None
+            and previous.expires_at is not None
+            and previous.expires_at + one_ms <= before
+        ):
+            gone = round(previous.expires_at + one_ms, 6)
+            out.append(LockEvent(gone, previous.job, previous.token, "expired"))
+
+    for event in events:
+        key = (event.job, event.token)
+        if event.kind in ("set", "renewed"):
+            lapse(last.get(key), event.time)
+            last[key] = event
+        elif event.kind in ("released", "deleted"):
+            last.pop(key, None)
+    for event in last.values():
+        lapse(event, end)
+    out.sort(key=lambda e: e.time)
+    return out
+
+
+def run_live(
+    scenario: Scenario,
+    policy: ReclaimPolicy,
+    *,
+    redis_url: str | None = None,
+    time_scale: float = DEFAULT_TIME_SCALE,
+    allow_foreign_keys: bool = False,
+    seed: int = 0,
+    replication: int = 0,
+    poll: float = 0.005,
+    record_locks: bool = True,
+) -> Run:
+    """Run `scenario` under `policy` on a real Redis with real worker processes; records in scenario seconds.
+
+    Without `redis_url`, a private redis-server is started in a temporary directory and stopped afterwards.
+    With one, the run refuses (ConfigError) a database holding keys outside its own prefix unless
+    `allow_foreign_keys`, and deletes its own keys afterwards. `time_scale` multiplies every duration of the
+    scenario and the policy (0.02: lease 30 s -> 600 ms real); pass 1.0 and small settings to run unscaled.
+    `poll` is how often (real seconds) an idle worker retries `take` while `wait` is empty. The workload and
+    the fault draws come from the simulator's seeded streams, so `seed` gives the same jobs as `simulate`.
+    """
+    return LiveRun(
+        scenario,
+        policy,
+        seed=seed,
+        replication=replication,
+        redis_url=redis_url,
+        time_scale=time_scale,
+        allow_foreign_keys=allow_foreign_keys,
+        poll=poll,
+        record_locks=record_locks,
+    ).run()

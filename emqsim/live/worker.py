@@ -1,0 +1,302 @@
+"""A live worker (or reaper) process: real threads, real Redis, real time.
+
+Started by `emqsim.live.runner` as `python <this file>`, so it imports only the standard library, redis-py
+and the sibling `lua.py` (loaded by path), never the `emqsim` package with its scientific stack: a worker
+starts in about 0.3 s. Its settings arrive as one JSON line on stdin; it connects, says `ready` and waits
+(the runner keeps a ready spare to replace crashed workers at once); `go {json}` gives it its worker id,
+its start time and its timer phases, and `stop` ends it. It reports every protocol step as one JSON line on stdout (one `os.write` per line, atomic for
+lines under PIPE_BUF, so a SIGKILL never leaves half a line in the middle of the stream).
+
+Threads, as in a BullMQ worker:
+  fetcher       takes a job whenever a concurrency slot is free (polling `take` while `wait` is empty)
+  one per job   works (sleeps in short chunks, so time spent stopped by SIGSTOP does not count as work),
+                then sends the finish
+  lock manager  ONE timer renewing every due lease of this worker in ONE EVALSHA per tick
+  sweeper       the stalled sweep (or the timeout reaper) on its own timer; the `stalled-check` key
+                rate-limits it to once per interval for the whole queue
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import redis
+
+if __package__:
+    from .lua import RawScripts
+else:  # run as a file: load the sibling module without importing the emqsim package
+    _spec = importlib.util.spec_from_file_location("emqsim_live_lua", Path(__file__).with_name("lua.py"))
+    assert _spec is not None and _spec.loader is not None
+    _lua = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_lua)
+    RawScripts = _lua.RawScripts
+
+LOST = object()  # a request dropped by the emulated network
+
+
+class Held:
+    __slots__ = ("token", "ts")
+
+    def __init__(self, token: str, ts: int) -> None:
+        self.token = token
+        self.ts = ts
+
+
+class LiveWorker:
+    """One process: its settings, its Redis connection pool, its threads."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.cfg = cfg
+        self.wid: int | None = None  # given by `go`
+        self.label = ""
+        self.first_renew_ms = 0
+        self.first_sweep_ms = 0
+        conn = cfg["redis"]
+        self.client = redis.Redis.from_url(conn, decode_responses=True, health_check_interval=0)
+        self.scripts = RawScripts(self.client, cfg["keys"], cfg["shas"])
+        self.out_lock = threading.Lock()
+        self.held: dict[str, Held] = {}
+        self.held_lock = threading.Lock()
+        self.counts = {"take": 0, "poll": 0, "renew": 0, "finish": 0, "sweep": 0}
+        self.counts_lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.go = threading.Event()
+        self.t0 = 0.0
+        net = cfg.get("network") or {}
+        self.loss = float(net.get("loss", 0.0))
+        self.loss_all = net.get("loss_on") == "all"
+        self.command_timeout = float(net.get("command_timeout_s", 1.0))
+        self.rng = random.Random(0)
+        self.rng_lock = threading.Lock()
+
+    # -- reporting ------------------------------------------------------------------------------------------
+    def emit(self, event: str, **fields: Any) -> None:
+        line = (json.dumps({"e": event, "w": self.wid, **fields}, separators=(",", ":")) + "\n").encode()
+        with self.out_lock:
+            view = memoryview(line)
+            while view:
+                n = os.write(1, view)
+                view = view[n:]
+
+    def count(self, kind: str) -> None:
+        with self.counts_lock:
+            self.counts[kind] += 1
+
+    def emit_counts(self) -> None:
+        with self.counts_lock:
+            counts = dict(self.counts)
+        self.emit("counts", counts=counts)
+
+    # -- requests ------------------------------------------------------------------------------------------
+    def lost(self, kind: str) -> bool:
+        if self.loss <= 0 or not (self.loss_all or kind == "renew"):
+            return False
+        with self.rng_lock:
+            return self.rng.random() < self.loss
+
+    def request(self, kind: str, fn: Any, *args: Any, retry: bool = True) -> Any:
+        """One round trip; an emulated lost request costs `command_timeout` and is retried unless `retry`
+        is False (renewals), in which case LOST comes back."""
+        while True:
+            if self.lost(kind):
+                if kind != "poll":
+                    self.count(kind)
+                time.sleep(self.command_timeout)
+                if not retry:
+                    return LOST
+                continue
+            return fn(*args)
+
+    # -- threads -------------------------------------------------------------------------------------------
+    def sleep_until(self, when: float) -> None:
+        delay = when - time.time()
+        if delay > 0:
+            self.stopping.wait(delay)
+
+    def fetcher(self) -> None:
+        take = self.cfg["take"]
+        slots = threading.Semaphore(self.cfg["concurrency"])
+        poll = self.cfg["poll_s"]
+        takes = 0
+        while not self.stopping.is_set():
+            slots.acquire()
+            while True:
+                if self.stopping.is_set():
+                    return
+                token = f"{self.wid}:{takes + 1}"
+                t = time.time()
+                job = self.request(
+                    "take", self.scripts.take, token, int(t * 1000), take["lock_ms"], take["set_lock"]
+                )
+                if job is not None:
+                    break
+                self.count("poll")
+                self.stopping.wait(poll)
+            takes += 1
+            self.count("take")
+            started = time.time()
+            with self.held_lock:
+                self.held[job] = Held(token, int(started * 1000))
+            self.emit("take", job=job, token=token, t=t, s=started)
+            threading.Thread(target=self.guard(self.run_job), args=(job, token, slots), daemon=True).start()
+
+    def run_job(self, job: str, token: str, slots: threading.Semaphore) -> None:
+        remaining = float(self.cfg["works"][int(job)])
+        chunk, slack = self.cfg["chunk_s"], self.cfg["slack_s"]
+        while remaining > 0 and not self.stopping.is_set():
+            step = min(remaining, chunk)
+            start = time.monotonic()
+            time.sleep(step)
+            # Time beyond the chunk (plus scheduling slack) is time this process was stopped, not working.
+            remaining -= min(time.monotonic() - start, step + slack)
+        if self.stopping.is_set():
+            return
+        t = time.time()
+        self.emit("finishing", job=job, token=token, t=t)
+        self.count("finish")
+        code, active = self.request("finish", self.scripts.finish, job, token, self.cfg["fenced"])
+        self.emit("finished", job=job, token=token, t=t, r=time.time(), code=code, active=active)
+        with self.held_lock:
+            self.held.pop(job, None)
+        slots.release()
+
+    def lock_manager(self) -> None:
+        rule = self.cfg["renewal"]
+        tick = rule["tick_ms"] / 1000
+        lease_ms = rule["lease_ms"]
+        next_tick = self.t0 + self.first_renew_ms / 1000
+        self.sleep_until(next_tick)
+        while not self.stopping.is_set():
+            now = time.time()
+            now_ms = int(now * 1000)
+            with self.held_lock:
+                due = []
+                for job, h in self.held.items():
+                    age = now_ms - h.ts
+                    if age > rule["min_age_ms"] or (not rule["strict"] and age == rule["min_age_ms"]):
+                        h.ts = now_ms
+                        due.append((job, h.token))
+            if due:
+                self.count("renew")
+                failed = self.request(
+                    "renew", self.scripts.extend_locks, due, lease_ms, rule["recreate_missing"], retry=False
+                )
+                lost = failed is LOST
+                self.emit("renew", t=now, held=due, failed=None if lost else failed)
+                if not lost and failed:
+                    with self.held_lock:
+                        for job in failed:
+                            self.held.pop(job, None)  # lockRenewalFailed: stop renewing a lost lock
+            if rule["after_reply"]:
+                self.stopping.wait(tick)
+            else:
+                next_tick += tick
+                self.sleep_until(next_tick)
+
+    def sweeper(self) -> None:
+        sweep = self.cfg["sweep"]
+        kind = sweep["kind"]
+        interval = sweep["interval_ms"] / 1000
+        self.sleep_until(self.t0 + self.first_sweep_ms / 1000)
+        while not self.stopping.is_set():
+            t = time.time()
+            now_ms = int(t * 1000)
+            self.count("sweep")
+            if kind == "reap":
+                reply = self.request(
+                    "sweep", self.scripts.reap, now_ms, sweep["timeout_ms"], sweep["max_stalled"]
+                )
+            else:
+                fn = self.scripts.sweep_two_phase if kind == "two_phase" else self.scripts.sweep_single_phase
+                reply = self.request("sweep", fn, now_ms, sweep["interval_ms"], sweep["max_stalled"])
+            skipped, reclaimed, failed, marked = reply
+            self.emit(
+                "sweep",
+                t=t,
+                by=self.label,
+                skipped=bool(skipped),
+                reclaimed=reclaimed,
+                failed=failed,
+                marked=len(marked),
+            )
+            self.stopping.wait(interval)
+
+    def reporter(self) -> None:
+        while not self.stopping.wait(0.25):
+            self.emit_counts()
+
+    def guard(self, fn: Any) -> Any:
+        """Wrap a thread body: any exception is reported to the parent and ends the process."""
+
+        def run(*args: Any) -> None:
+            try:
+                fn(*args)
+            except BaseException:
+                if self.stopping.is_set():
+                    return
+                self.emit("error", msg=traceback.format_exc(limit=5))
+                os._exit(3)
+
+        return run
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+    def start_threads(self) -> None:
+        bodies = [self.reporter]
+        if self.cfg["role"] == "worker":
+            bodies.append(self.fetcher)
+            if self.cfg.get("renewal"):
+                bodies.append(self.lock_manager)
+        if self.cfg.get("sweep"):
+            bodies.append(self.sweeper)
+        for body in bodies:
+            threading.Thread(target=self.guard(body), daemon=True).start()
+
+    def main(self) -> int:
+        self.client.ping()
+        self.emit("ready", pid=os.getpid())
+        for line in sys.stdin:
+            words = line.split()
+            if not words:
+                continue
+            if words[0] == "go" and not self.go.is_set():
+                go = json.loads(line[2:])
+                self.wid = int(go["wid"])
+                self.label = "reaper" if self.cfg["role"] == "reaper" else f"worker {self.wid}"
+                self.t0 = float(go["t0"])
+                self.first_renew_ms = int(go["first_renew_ms"])
+                self.first_sweep_ms = int(go["first_sweep_ms"])
+                self.rng.seed(int(go["seed"]))
+                self.go.set()
+                self.start_threads()
+            elif words[0] == "stop":
+                break
+        self.stopping.set()
+        self.emit_counts()
+        self.emit("bye")
+        return 0
+
+
+def main() -> int:
+    cfg = json.loads(sys.stdin.readline())
+    try:
+        worker = LiveWorker(cfg)
+        code = worker.main()
+    except BaseException:
+        sys.stderr.write(traceback.format_exc())
+        sys.stderr.flush()
+        os._exit(2)
+    sys.stderr.flush()
+    os._exit(code)  # daemon threads may be inside a Redis call: do not wait for them
+
+
+if __name__ == "__main__":
+    main()

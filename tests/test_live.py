@@ -1,0 +1,210 @@
+"""Live mode end to end: real redis-server, real worker processes, real SIGKILL / SIGSTOP.
+
+Settings are the scenario's (lease 30 s, beat 10 s, scan 10 s) at time_scale 0.02, i.e. 600 / 200 / 200 ms
+of real time, so each run takes a few seconds. Timing assertions are bounds with margins (a busy 2-core
+machine delays timers by milliseconds), never exact times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from emqsim import Crash, Fixed, Freeze, LeasePolicy, Scenario, TimeoutPolicy, standard
+from emqsim.errors import ConfigError
+from emqsim.live import LiveRun, PrivateRedis, add_live_arguments, main_live, redis_server_path, run_live
+from emqsim.live.server import INSTALL_HINT
+from emqsim.stats import summarize
+
+SCALE = 0.02  # 1 scenario second = 20 ms real
+LEASE, BEAT, SCAN = 30.0, 10.0, 10.0  # 600 / 200 / 200 ms real
+MARGIN = 7.5  # scenario seconds = 150 ms real: timer and scheduling slack on a busy machine
+
+
+def lease_policy() -> LeasePolicy:
+    return LeasePolicy(lease=LEASE, beat=BEAT, scan=SCAN)
+
+
+@pytest.fixture
+def need_redis() -> None:
+    if redis_server_path() is None:
+        if os.environ.get("EMQSIM_REQUIRE_REDIS") == "1":
+            pytest.fail(f"EMQSIM_REQUIRE_REDIS=1 but {INSTALL_HINT}")
+        pytest.skip(INSTALL_HINT)
+
+
+def children() -> set[int]:
+    """Live descendants of this test process (zombies excluded)."""
+    found = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[1]) == os.getpid():
+            found.add(int(pid))
+    return found
+
+
+# -- the three claims -----------------------------------------------------------------------------------------
+@pytest.mark.redis
+@pytest.mark.parametrize("die_after", [1.0, 15.0])
+def test_sigkilled_workers_job_is_recovered_within_the_lease_bounds(need_redis, die_after):
+    scenario = standard("fast-dead", die_after=die_after, duration=25)
+    run = run_live(scenario, lease_policy(), time_scale=SCALE)
+    first = run.attempts[0]
+    assert first.died_at is not None and first.outcome == "reclaimed"
+    assert first.worker_state_at_reclaim == "dead"
+    assert any(e.kind == "crash" and e.worker == first.worker for e in run.worker_events)
+    latency = first.detection_latency
+    # The lock lapses lease after its last renewal (at most one beat before the death; none yet if the
+    # crash came before the first tick), and the two-phase sweep then needs at most two intervals.
+    assert LEASE - BEAT - MARGIN <= latency <= LEASE + 2 * SCAN + MARGIN, latency
+    second = run.attempts[1]
+    assert second.worker != first.worker and second.outcome == "completed"
+    assert run.ended_by == "done" and run.final_state == {"wait": 0, "active": 0, "completed": 1, "failed": 0}
+    summary = summarize(run)
+    assert summary.detection_latencies == [latency] and summary.false_reclaims == 0
+    assert any(e.kind == "expired" and e.token == first.token for e in run.lock_events)
+
+
+@pytest.mark.redis
+def test_slow_but_alive_worker_is_never_reclaimed_under_the_lease(need_redis):
+    run = run_live(standard("slow-alive", duration=150), lease_policy(), time_scale=SCALE)  # 5 leases long
+    assert [a.outcome for a in run.attempts] == ["completed"]
+    assert summarize(run).reclaims == 0
+    renewals = [e for e in run.lock_events if e.kind == "renewed"]
+    assert len(renewals) >= 150 / BEAT - 2
+    assert not any(e.kind in ("renew_failed", "expired") for e in run.lock_events)
+    assert run.attempts[0].finish_result == "accepted"
+
+
+@pytest.mark.redis
+def test_slow_but_alive_worker_is_falsely_reclaimed_by_a_short_timeout(need_redis):
+    run = run_live(
+        standard("slow-alive", duration=60), TimeoutPolicy(timeout=40, scan=SCAN), time_scale=SCALE
+    )
+    first = run.attempts[0]
+    assert first.reclaimed_at is not None and first.worker_state_at_reclaim == "alive"
+    assert 40 < first.reclaimed_at - first.taken_at <= 40 + SCAN + MARGIN
+    summary = summarize(run)
+    assert summary.false_reclaims >= 1
+    # No token check: the slow worker's late finish is accepted, so the job completed more than once.
+    assert summary.duplicate_completions >= 1
+    assert all(a.finish_result == "accepted" for a in run.attempts if a.finish_result is not None)
+
+
+@pytest.mark.redis
+def test_frozen_worker_loses_its_job_and_its_late_finish_is_rejected(need_redis):
+    # SIGSTOP 5 s into an 80 s job, for 70 s: past lease + 2 scans (50 s) with 20 s to spare.
+    scenario = standard("frozen", freeze_after=5, freeze_for=70, duration=80)
+    run = run_live(scenario, lease_policy(), time_scale=SCALE)
+    first, second = run.attempts[:2]
+    assert first.worker_state_at_reclaim == "frozen"
+    assert first.finish_result in ("Missing lock for job 0", "Lock mismatch for job 0")
+    assert first.outcome == "finish_rejected"
+    assert second.outcome == "completed" and second.finish_result == "accepted"
+    kinds = [(e.worker, e.kind) for e in run.worker_events]
+    assert (first.worker, "freeze") in kinds and (first.worker, "resume") in kinds
+    summary = summarize(run)
+    assert summary.false_reclaims == 1 and summary.duplicate_completions == 0
+    assert summary.finishes_rejected == 1
+    # Its work resumed where it stopped: the frozen 70 s do not count as work.
+    assert first.finished_at - first.started_at >= 80 + 70 - MARGIN
+
+
+# -- plumbing -------------------------------------------------------------------------------------------------
+@pytest.mark.redis
+def test_no_process_or_server_is_left_behind(need_redis):
+    scenario = Scenario(
+        name="mixed",
+        workers=2,
+        concurrency=2,
+        jobs=4,
+        duration=Fixed(10),
+        faults=(Crash(worker=0, at=5, restart_after=2), Freeze(worker=1, at=3, duration=2)),
+        horizon=300,
+    )
+    before = children()
+    live = LiveRun(scenario, lease_policy(), time_scale=SCALE)
+    run = live.run()
+    assert run.ended_by == "done" and run.final_state["completed"] == 4
+    assert any(e.kind == "restart" for e in run.worker_events)
+    assert all(p.popen.poll() is not None for p in live.all_procs)
+    assert live.server is not None and live.server.proc is None and live.server.workdir is None
+    assert children() <= before
+    summarize(run)
+    json.dumps(run.as_dict())
+    assert run.policy["mode"] == "live" and run.policy["time_scale"] == SCALE
+
+
+@pytest.mark.redis
+def test_a_users_redis_is_checked_and_cleaned(need_redis, tmp_path):
+    with PrivateRedis() as server:
+        client = server.client()
+        client.set("someone:else", "1")
+        with pytest.raises(ConfigError, match="outside this run's prefix") as info:
+            run_live(standard("fast-dead"), lease_policy(), redis_url=server.url, time_scale=SCALE)
+        assert "\n" not in str(info.value) and "--allow-foreign-keys" in str(info.value)
+        run = run_live(
+            standard("fast-dead", duration=5),
+            lease_policy(),
+            redis_url=server.url,
+            time_scale=SCALE,
+            allow_foreign_keys=True,
+        )
+        assert run.ended_by == "done"
+        assert client.keys("*") == ["someone:else"]  # its own keys deleted, the other left alone
+        client.close()
+
+
+def _live_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="emqsim live")
+    add_live_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--scenario", "nope"], "choose one of"),
+        (["--time-scale", "fast"], "--time-scale"),
+        (["--time-scale", "0"], "--time-scale"),
+        (["--time-scale", "0.00001"], "live timers need"),
+        (["--lease", "10", "--beat", "20"], "--beat 20 must be shorter"),
+        (["--lease", "-3"], "--lease"),
+        (["--timeout", "60", "--lease", "30"], "drop --lease"),
+        (["--seed", "x"], "--seed"),
+        (["--redis", "http://nowhere"], "Redis URL"),
+    ],
+)
+def test_bad_cli_input_is_one_clear_line(argv, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        main_live(_live_args(*argv))
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.redis
+def test_cli_json(need_redis):
+    cmd = [
+        sys.executable,
+        "-m",
+        "emqsim",
+        "live",
+        "--scenario",
+        "fast-dead",
+        "--time-scale",
+        "0.01",
+        "--json",
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
+    data = json.loads(out)
+    assert data["run"]["scenario"] == "fast-dead" and len(data["summary"]["detection_latencies"]) == 1
