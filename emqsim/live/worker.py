@@ -44,10 +44,12 @@ LOST = object()  # a request dropped by the emulated network
 
 
 class Held:
-    __slots__ = ("token", "ts")
+    """A tracked take, keyed by its token: one worker may hold a job twice (a stale take and a new one)."""
 
-    def __init__(self, token: str, ts: int) -> None:
-        self.token = token
+    __slots__ = ("job", "ts")
+
+    def __init__(self, job: str, ts: int) -> None:
+        self.job = job
         self.ts = ts
 
 
@@ -145,7 +147,7 @@ class LiveWorker:
             self.count("take")
             started = time.time()
             with self.held_lock:
-                self.held[job] = Held(token, int(started * 1000))
+                self.held[token] = Held(job, int(started * 1000))
             self.emit("take", job=job, token=token, t=t, s=started)
             threading.Thread(target=self.guard(self.run_job), args=(job, token, slots), daemon=True).start()
 
@@ -166,7 +168,7 @@ class LiveWorker:
         code, active = self.request("finish", self.scripts.finish, job, token, self.cfg["fenced"])
         self.emit("finished", job=job, token=token, t=t, r=time.time(), code=code, active=active)
         with self.held_lock:
-            self.held.pop(job, None)
+            self.held.pop(token, None)
         slots.release()
 
     def lock_manager(self) -> None:
@@ -180,11 +182,11 @@ class LiveWorker:
             now_ms = int(now * 1000)
             with self.held_lock:
                 due = []
-                for job, h in self.held.items():
+                for token, h in self.held.items():
                     age = now_ms - h.ts
                     if age > rule["min_age_ms"] or (not rule["strict"] and age == rule["min_age_ms"]):
                         h.ts = now_ms
-                        due.append((job, h.token))
+                        due.append((h.job, token))
             if due:
                 self.count("renew")
                 failed = self.request(
@@ -193,9 +195,16 @@ class LiveWorker:
                 lost = failed is LOST
                 self.emit("renew", t=now, held=due, failed=None if lost else failed)
                 if not lost and failed:
-                    with self.held_lock:
-                        for job in failed:
-                            self.held.pop(job, None)  # lockRenewalFailed: stop renewing a lost lock
+                    jobs = [job for job, _ in due]
+                    for job, token in due:
+                        # extendLocks answers with job ids; if this worker holds the job twice, the lock's
+                        # current value says which take failed
+                        if job in failed and (
+                            jobs.count(job) == 1
+                            or self.client.get(self.scripts.k["prefix"] + job + ":lock") != token
+                        ):
+                            with self.held_lock:
+                                self.held.pop(token, None)  # lockRenewalFailed: stop renewing a lost lock
             if rule["after_reply"]:
                 self.stopping.wait(tick)
             else:
