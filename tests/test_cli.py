@@ -123,7 +123,9 @@ def test_run_compare_presets_scenarios_timeline(capsys):
 def test_images_from_the_cli(tmp_path, capsys):
     png, svg = tmp_path / "t.png", tmp_path / "f.svg"
     assert run_cli(capsys, "timeline", "--scenario", "fast-dead", "--out", str(png))[0] == 0
-    code, _, _ = run_cli(capsys, "sweep", "--scenario", "fast-dead", "--timeout", "60,600", "--plot", str(svg), *FAST)
+    code, _, _ = run_cli(
+        capsys, "sweep", "--scenario", "fast-dead", "--timeout", "60,600", "--plot", str(svg), *FAST
+    )
     assert code == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and svg.read_text().lstrip().startswith("<?xml")
 
@@ -245,3 +247,41 @@ def test_bad_input_through_the_real_entry_point(tmp_path):
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and "--beat" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "r.csv").exists()
+
+
+def test_progress_bar_on_a_terminal():
+    import pty
+    import threading
+
+    import fcntl
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a 100-column terminal
+    chunks: list[bytes] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "emqsim", "sweep", "--scenario", "fast-dead", "--timeout", "600", "--replications", "20",
+         "--jobs", "1", "--json"],
+        stdout=subprocess.PIPE, stderr=follower, text=True,
+    )  # fmt: skip
+    out, _ = proc.communicate(timeout=120)
+    os.close(follower)
+    reader.join(timeout=10)
+    os.close(leader)
+    shown = b"".join(chunks)
+    assert proc.returncode == 0 and json.loads(out)["rows"]
+    assert b"simulating:" in shown and b"/40 [" in shown  # a live bar over the 40 runs
