@@ -250,12 +250,11 @@ def test_bad_input_through_the_real_entry_point(tmp_path):
 
 
 def test_progress_bar_on_a_terminal():
-    import pty
-    import threading
-
     import fcntl
+    import pty
     import struct
     import termios
+    import threading
 
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a 100-column terminal
