@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,6 @@ pytest.importorskip("ipykernel")
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))  # not notebooks/assignments/
 CELL_TIMEOUT = 180
-BUDGET = 120.0  # seconds per notebook on a loaded 2-core machine (they take well under a minute alone)
 
 
 @pytest.fixture(scope="module")
@@ -62,9 +60,6 @@ def test_notebook_runs(path: Path, workdir: Path, monkeypatch):
         kernel_name="python3",
         resources={"metadata": {"path": str(workdir / "notebooks")}},
     )
-    start = time.monotonic()
-    client.execute()  # raises CellExecutionError on the first failing cell
-    elapsed = time.monotonic() - start
+    client.execute()  # raises CellExecutionError on the first failing cell (run time: benchmarks/, not here)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
-    assert elapsed < BUDGET, f"{path.name} took {elapsed:.0f} s"

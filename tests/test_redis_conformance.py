@@ -342,7 +342,6 @@ def compare_sequence(client: redis.Redis, commands: list[list]) -> None:
                   "hash": ["HGETALL", k], "none": ["PTTL", k]}[kind]  # fmt: skip
         for args in (reader, ["PTTL", k]):
             assert_same(args, real_reply(client, args), store_reply(store, args), log)
-    assert time.time() * 1000 - t0 < PTTL_TOLERANCE_MS, "example too slow for the time grid's margins"
 
 
 @pytest.fixture
