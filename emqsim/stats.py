@@ -65,6 +65,12 @@ def summarize(run: Run) -> RunSummary:
     """Per-run metrics from the records."""
     attempts = run.attempts
     false_by_job: dict[str, int] = {}
+    first_done: dict[str, float] = {}
+    for a in attempts:
+        if a.finish_result == "accepted" and a.finish_applied_at is not None:
+            t = first_done.get(a.job)
+            if t is None or a.finish_applied_at < t:
+                first_done[a.job] = a.finish_applied_at
     reclaims = 0
     latencies, undetected, hostage = [], 0, 0.0
     for a in attempts:
@@ -74,18 +80,16 @@ def summarize(run: Run) -> RunSummary:
                 false_by_job[a.job] = false_by_job.get(a.job, 0) + 1
         if a.died_at is not None:
             latency = a.detection_latency
-            if latency is None:
-                undetected += 1
-                hostage += run.end - a.died_at
-            else:
+            if latency is not None:
                 latencies.append(latency)
                 hostage += latency
-    first_done: dict[str, float] = {}
-    for a in attempts:
-        if a.finish_result == "accepted" and a.finish_applied_at is not None:
-            t = first_done.get(a.job)
-            if t is None or a.finish_applied_at < t:
-                first_done[a.job] = a.finish_applied_at
+                continue
+            done = first_done.get(a.job)
+            if done is not None:  # another run of the job completed it: held until then, not undetected
+                hostage += max(0.0, done - a.died_at)
+            else:
+                undetected += 1
+                hostage += run.end - a.died_at
     job_latencies = [
         t - run.arrivals[int(job)] for job, t in sorted(first_done.items(), key=lambda kv: int(kv[0]))
     ]
