@@ -14,7 +14,7 @@ def readme_commands() -> list[str]:
 def test_readme_has_the_two_commands():
     commands = readme_commands()
     assert any(c.endswith("python -m emqsim sweep --lease 30 --beat 10") for c in commands)
-    assert any("pip install -q -e \".[test]\"" in c and c.endswith("python -m pytest -q") for c in commands)
+    assert any('pip install -q -e ".[test]"' in c and c.endswith("python -m pytest -q") for c in commands)
 
 
 def test_ci_runs_the_readme_test_command():

@@ -19,7 +19,9 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 HERE = Path(__file__).resolve().parent
 
 
-def _nbgrader(grade_id: str, *, grade: bool, solution: bool, locked: bool, points: float | None = None) -> dict:
+def _nbgrader(
+    grade_id: str, *, grade: bool, solution: bool, locked: bool, points: float | None = None
+) -> dict:
     meta = {"grade": grade, "grade_id": grade_id, "locked": locked, "schema_version": 3, "solution": solution}
     if points is not None:
         meta["points"] = points
@@ -160,7 +162,9 @@ assert len(prediction) == 3, "return a tuple (mean, lowest, highest)"
 mean, lowest, highest = prediction
 assert lowest < mean < highest, "the mean must lie between the lowest and the highest value"
 assert math.isclose(mean, 27.5), f"lease 30, beat 10, sweep 5: the mean is not {mean}"
-assert math.isclose(lowest, 20.0) and math.isclose(highest, 35.0), "check the bounds for lease 30, beat 10, sweep 5"
+assert math.isclose(lowest, 20.0) and math.isclose(highest, 35.0), (
+    "check the bounds for lease 30, beat 10, sweep 5"
+)
 ### BEGIN HIDDEN TESTS
 for lease, beat, scan in [(20.0, 4.0, 8.0), (45.0, 15.0, 10.0), (12.0, 3.0, 1.0), (60.0, 5.0, 30.0)]:
     mean, lowest, highest = predict_detection(lease, beat, scan)
@@ -223,11 +227,13 @@ print("Question 2: all visible tests pass")
     md("""
 ### Look at the distribution
 
-The cell below simulates 300 crashes and draws their detection latencies next to your prediction. The shape is
+The cell below simulates 200 crashes and draws their detection latencies next to your prediction. The shape is
 the sum of two uniform waits (the rest of the lease, and the wait for the sweep): a trapezoid.
 """),
-    code("""
-latencies = detection_latencies(LEASE, BEAT, SCAN, replications=300, seed=2024)
+    readonly(
+        "explore",
+        """
+latencies = detection_latencies(LEASE, BEAT, SCAN, replications=200, seed=2024)
 mean, lowest, highest = predict_detection(LEASE, BEAT, SCAN)
 
 fig, ax = plt.subplots(figsize=(7, 3))
@@ -239,11 +245,12 @@ ax.set_ylabel("crashes")
 ax.legend(loc="upper left", fontsize=8)
 plt.show()
 print(f"simulated mean {np.mean(latencies):.2f} s, min {min(latencies):.2f} s, max {max(latencies):.2f} s")
-"""),
+""",
+    ),
     md("""
 ## Question 3 (1 point): is the difference just noise?
 
-The simulated mean is never exactly the predicted one: 300 crashes are a sample. Use
+The simulated mean is never exactly the predicted one: 200 crashes are a sample. Use
 `mean_ci(values)` (from `emqsim.stats`; it returns `(mean, low, high)`, a 95% confidence interval for the mean)
 on `latencies` from the cell above. Set `ci_low` and `ci_high` to the interval's ends, and `prediction_inside`
 to `True` if the predicted mean lies inside the interval, else `False`.
@@ -262,7 +269,8 @@ print(f"95% CI of the mean: [{ci_low:.2f}, {ci_high:.2f}] s; prediction inside: 
         "q3-ci-tests",
         1,
         """
-expected = mean_ci(detection_latencies(LEASE, BEAT, SCAN, replications=300, seed=2024))
+assert len(latencies) == 200, "run the cell above (it defines `latencies`) first"
+expected = mean_ci(latencies)
 assert math.isclose(ci_low, expected[1]) and math.isclose(ci_high, expected[2]), "use mean_ci(latencies)"
 assert prediction_inside == (ci_low <= LEASE - BEAT / 2 + SCAN / 2 <= ci_high)
 assert prediction_inside in (True, False), "prediction_inside should be True or False"
@@ -361,7 +369,7 @@ dead workers as fast as possible. The grader runs your choice on **seeds you do 
 * Redis load: a worker may send at most one heartbeat every `MIN_BEAT` = 2 s, so $B \\ge 2$;
 * **budget:** at most 1 false reclaim per 100 jobs, *with 95% confidence*: the upper end of the 95% confidence
   interval of the false-reclaim rate must be at most `BUDGET` = 0.01;
-* **goal:** the mean detection latency (crash to reclaim) must be at most `TARGET_LATENCY` = 17 s.
+* **goal:** the mean detection latency (crash to reclaim) must be at most `TARGET_LATENCY` = 18 s.
 
 Fill in every `# YOUR CODE HERE` and the `YOUR ANSWER HERE` cell; check everything with
 `python -m emqsim grade 02-tuning-under-pauses.ipynb`.
@@ -373,7 +381,7 @@ import math
 
 import numpy as np
 
-from emqsim import Fixed, LeasePolicy, LogNormal, RandomFaults, Scenario, simulate
+from emqsim import Exponential, Fixed, LeasePolicy, LogNormal, RandomFaults, Scenario, Uniform, simulate
 from emqsim.stats import aggregate, summarize
 
 PAUSES = LogNormal(median=1.0, sigma=1.0)  # GC pause lengths, seconds
@@ -382,7 +390,7 @@ JOB_SECONDS = 30.0
 SCAN = 2.0  # the reaper's sweep period (s)
 MIN_BEAT = 2.0  # at most one heartbeat every 2 s
 BUDGET = 0.01  # false reclaims per job: upper end of the 95% CI
-TARGET_LATENCY = 17.0  # seconds, mean detection latency
+TARGET_LATENCY = 18.0  # seconds, mean detection latency
 PRACTICE_SEEDS = [1]  # use these while exploring; the grader uses others
 
 
@@ -469,7 +477,7 @@ print(f"p_lapse(10, 2) = {p_lapse(10.0, 2.0, PAUSES):.5f}")
         "q1-p-lapse-tests",
         2,
         """
-def reference(lease, beat, pauses, n=2000):
+def reference(lease, beat, pauses, n=400):
     u = (np.arange(n) + 0.5) / n * beat
     return float(np.mean([pauses.survival(lease - x) for x in u]))
 
@@ -477,11 +485,11 @@ def reference(lease, beat, pauses, n=2000):
 p = p_lapse(10.0, 2.0, PAUSES)
 assert 0.0 < p < 1.0, "a probability lies between 0 and 1"
 assert PAUSES.survival(10.0) <= p <= PAUSES.survival(8.0), "p must lie between G(L) and G(L - B)"
-assert math.isclose(p, reference(10.0, 2.0, PAUSES), rel_tol=1e-3), f"p_lapse(10, 2) = {p} looks wrong"
-assert p_lapse(20.0, 2.0, PAUSES) < p < p_lapse(10.0, 5.0, PAUSES), "longer leases lapse less, longer beats more"
+assert math.isclose(p, reference(10.0, 2.0, PAUSES), rel_tol=5e-3), f"p_lapse(10, 2) = {p} looks wrong"
+assert p_lapse(20.0, 2.0, PAUSES) < p < p_lapse(10.0, 5.0, PAUSES), (
+    "longer leases lapse less, longer beats more"
+)
 ### BEGIN HIDDEN TESTS
-from emqsim import Exponential, Uniform
-
 for lease, beat, pauses in [
     (15.0, 2.0, PAUSES),
     (30.0, 10.0, PAUSES),
@@ -490,7 +498,7 @@ for lease, beat, pauses in [
     (12.0, 4.0, LogNormal(0.5, 1.5)),
 ]:
     got, want = p_lapse(lease, beat, pauses), reference(lease, beat, pauses)
-    assert math.isclose(got, want, rel_tol=2e-3, abs_tol=1e-6), (lease, beat, pauses, got, want)
+    assert math.isclose(got, want, rel_tol=1e-2, abs_tol=1e-6), (lease, beat, pauses, got, want)
 ### END HIDDEN TESTS
 print("Question 1: all visible tests pass")
 """,
@@ -510,17 +518,23 @@ print("Question 1: all visible tests pass")
         """
 ### BEGIN SOLUTION
 PAUSES_PER_JOB = FREEZE_RATE / 3600 * JOB_SECONDS
+### END SOLUTION
 
 
 def predicted_false_rate(lease, beat):
+    \"\"\"Expected false reclaims per job.\"\"\"
+    ### BEGIN SOLUTION
     return PAUSES_PER_JOB * p_lapse(lease, beat, PAUSES)
+    ### END SOLUTION
 
 
 def predicted_latency(lease, beat):
+    \"\"\"Mean detection latency (s) of a crash.\"\"\"
+    ### BEGIN SOLUTION
     return lease - beat / 2 + SCAN / 2
+    ### END SOLUTION
 
 
-### END SOLUTION
 print(f"{PAUSES_PER_JOB = }")
 for lease, beat in [(30.0, 10.0), (8.0, 2.0)]:
     print(
@@ -564,8 +578,9 @@ Set `LEASE` and `BEAT` (seconds). Requirements, checked by the grader on its own
 * the mean detection latency is at most `TARGET_LATENCY`.
 
 Hints. The rate the grader *measures* is your predicted rate plus noise, and the confidence interval's upper
-end sits above the measured rate: with 3200 jobs, a true rate of 0.5% gives an upper end around 0.8%. So aim
-your *prediction* well below the budget. Which heartbeat is best? For a fixed mean detection latency
+end sits above the measured rate: with 3200 jobs, a true rate of 0.5% gives an upper end around 0.8%, and an
+unlucky set of seeds measures more than the true rate. So aim your *prediction* well below the budget (a third
+of it is a sensible target). Which heartbeat is best? For a fixed mean detection latency
 $L - B/2 + S/2$, compare $p(L, B)$ for a short and a long beat. Search with your formulas (fast), then confirm
 with `evaluate` (slow).
 """),
@@ -585,7 +600,7 @@ def shortest_safe_lease(beat, target_rate, step=0.05):
     return math.ceil(high / step) * step
 
 
-TARGET_RATE = 0.004  # leaves room for noise and for the confidence interval
+TARGET_RATE = BUDGET / 3  # leaves room for noise and for the confidence interval
 candidates = []
 for beat in [2.0, 3.0, 4.0, 6.0]:
     lease = shortest_safe_lease(beat, TARGET_RATE)
@@ -718,7 +733,6 @@ import math
 import statistics
 import warnings
 
-import numpy as np
 from scipy import stats
 
 from emqsim import LeasePolicy, ReclaimPolicy, RenewalRule, TimeoutPolicy, Uniform, simulate, standard
@@ -752,7 +766,10 @@ def measure(policy, scenario, replications, seed=0):
     \"\"\"Run `scenario` under `policy` `replications` times and pool the runs into one table row (a dict).\"\"\"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        runs = [simulate(scenario, policy, seed=seed, replication=r, record_locks=False) for r in range(replications)]
+        runs = [
+            simulate(scenario, policy, seed=seed, replication=r, record_locks=False)
+            for r in range(replications)
+        ]
     return aggregate([summarize(run) for run in runs])
 
 
@@ -768,11 +785,13 @@ seconds), the fencing (each take sets a token without expiry; `holds_token` refu
 whose job was taken back), and the sweep loop. You write:
 
 * `__init__`: any state you need for learning (e.g. a list of recent gaps);
-* `renew`: for each accepted heartbeat, learn from the gap since the job's previous heartbeat (or its take), and
-  remember the time of this one in `self.last_beat`;
+* `renew`: for each accepted heartbeat, learn from the gap since the job's previous heartbeat, and remember the
+  time of this one in `self.last_beat`;
 * `suspect(job_id, now_ms)`: `True` if the job's worker should now be presumed dead.
 
-Tips. Before any gap has been seen, fall back on the nominal period `self.beat_ms`. A perfectly regular
+Tips. The first gap after a take (take to first heartbeat) is shorter than the others, because the worker's
+timer was already running: learn only from gaps between two heartbeats (`self.taken_at` helps). Until you have
+seen a handful of gaps (say 10), do not trust them: use the nominal period `self.beat_ms`. A perfectly regular
 heartbeat has a standard deviation of 0, which makes $\\varphi$ jump from 0 to infinity: put a floor under it
 (say a quarter of the mean gap). `scipy.stats.norm.logsf(x, mean, sd)` gives $\\ln(1 - F(x))$ without
 underflow, so $\\varphi = -$`norm.logsf(...)`$/\\ln 10$.
@@ -792,15 +811,18 @@ class AdaptiveDetector(ReclaimPolicy):
         self.fenced = True
         self.beat_ms = round(beat * 1000)
         self.threshold = threshold
-        self.last_beat = {}  # job id -> Redis time (ms) of its last heartbeat, or of its take
+        self.taken_at = {}  # job id -> Redis time (ms) of its current take
+        self.last_beat = {}  # job id -> Redis time (ms) of its last heartbeat, or of its take if none yet
         ### BEGIN SOLUTION
-        self.gaps = []  # recent gaps between heartbeats (ms), all jobs together
+        self.gaps = []  # recent gaps between two heartbeats (ms), all jobs together
         self.window = 200
+        self.min_gaps = 10  # trust the nominal period until this many gaps were seen
         ### END SOLUTION
 
     def take(self, queue, token, now_ms):
         job_id = queue.take(token, now_ms, lock_ms=None)  # a token without expiry: fencing only
         if job_id is not None:
+            self.taken_at[job_id] = now_ms
             self.last_beat[job_id] = now_ms
         return job_id
 
@@ -811,9 +833,8 @@ class AdaptiveDetector(ReclaimPolicy):
                 refused.append(job_id)  # taken back already: this worker must not learn or renew
                 continue
             ### BEGIN SOLUTION
-            last = self.last_beat.get(job_id)
-            if last is not None and now_ms > last:
-                self.gaps.append(now_ms - last)
+            if self.last_beat[job_id] > self.taken_at[job_id]:  # skip the (shorter) take -> first beat gap
+                self.gaps.append(now_ms - self.last_beat[job_id])
                 del self.gaps[: -self.window]
             self.last_beat[job_id] = now_ms
             ### END SOLUTION
@@ -824,9 +845,11 @@ class AdaptiveDetector(ReclaimPolicy):
         last = self.last_beat.get(job_id)
         if last is None:
             return False
-        gaps = self.gaps or [self.beat_ms]
-        mean = statistics.fmean(gaps)
-        sd = max(statistics.pstdev(gaps), mean / 4)
+        if len(self.gaps) < self.min_gaps:
+            mean, sd = self.beat_ms, self.beat_ms / 4
+        else:
+            mean = statistics.fmean(self.gaps)
+            sd = max(statistics.pstdev(self.gaps), mean / 4)
         phi = -stats.norm.logsf(now_ms - last, mean, sd) / math.log(10)
         return phi > self.threshold
         ### END SOLUTION
@@ -1180,7 +1203,10 @@ assert duplicate_share["timeout"] > 0 and duplicate_share["lease without token"]
 assert all(0 <= share <= 1 for share in duplicate_share.values()), "shares are fractions of the 40 runs"
 ### BEGIN HIDDEN TESTS
 scenario = standard("frozen", freeze_for=Uniform(0, 90), freeze_after=5.0, duration=40.0, workers=2)
-for name, policy in [("timeout", TimeoutPolicy(timeout=60)), ("lease without token", LeaseWithoutToken(30, 10))]:
+for name, policy in [
+    ("timeout", TimeoutPolicy(timeout=60)),
+    ("lease without token", LeaseWithoutToken(30, 10)),
+]:
     runs = [simulate(scenario, policy, seed=SEED, replication=r) for r in range(40)]
     expected = sum(duplicate_completions(run) > 0 for run in runs) / 40
     assert abs(duplicate_share[name] - expected) < 1e-9, (name, duplicate_share[name], expected)

@@ -1,0 +1,404 @@
+"""The graded assignments in notebooks/assignments/: every source (solution) notebook passes its own checks, the
+student version generated from it holds no solution and fails its checks, and grading is deterministic.
+
+Grading runs `python -m emqsim grade` in subprocesses, two at a time, each notebook in its own temporary folder.
+nbgrader is not needed (README.md there records the manual check against real nbgrader).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+from emqsim.cli import main as cli_main  # noqa: E402
+from emqsim.errors import ConfigError  # noqa: E402
+from emqsim.grading import (  # noqa: E402
+    BEGIN_HIDDEN,
+    BEGIN_SOLUTION,
+    END_HIDDEN,
+    END_SOLUTION,
+    compute_checksum,
+    generate_student_version,
+    grade,
+    is_grade,
+    is_solution,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDER = ROOT / "notebooks" / "assignments"
+SOURCES = sorted(FOLDER.glob("*.ipynb"))
+NAMES = [
+    "01-detection-latency.ipynb",
+    "02-tuning-under-pauses.ipynb",
+    "03-write-a-policy.ipynb",
+    "04-fencing.ipynb",
+]
+CELL_TIMEOUT = 300  # generous: the machine may be busy with other tests; cells take seconds alone
+
+
+def _env() -> dict[str, str]:
+    """The kernel imports this checkout's emqsim whatever is installed."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def _grade_cli(path: Path) -> tuple[int, str, str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "emqsim", "grade", str(path), "--timeout", str(CELL_TIMEOUT)],
+        capture_output=True,
+        text=True,
+        cwd=path.parent,
+        env=_env(),
+        timeout=900,
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory) -> dict[tuple[str, str], tuple[int, str, str]]:
+    """Every grading the tests look at, run once: each source notebook twice (for determinism) and each student
+    version once. Keys: (notebook name, "source-1" | "source-2" | "student")."""
+    todo: dict[tuple[str, str], Path] = {}
+    for src in SOURCES:
+        for run in ("source-1", "source-2"):
+            folder = tmp_path_factory.mktemp(f"{src.stem}-{run}")
+            shutil.copy(src, folder / src.name)
+            todo[(src.name, run)] = folder / src.name
+        folder = tmp_path_factory.mktemp(f"{src.stem}-student")
+        generate_student_version(src, folder / src.name)
+        todo[(src.name, "student")] = folder / src.name
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(_grade_cli, todo.values()))
+    return dict(zip(todo, results, strict=True))
+
+
+def _status_lines(report: str) -> dict[str, str]:
+    """grade_id -> status word, from a printed report."""
+    out = {}
+    for line in report.splitlines():
+        m = re.match(r"^(\S+)\s+(\S+) / (\S+)\s+(pass|partial|fail|manual)\b", line)
+        if m:
+            out[m.group(1)] = m.group(4)
+    return out
+
+
+def _regions(source: str, begin: str, end: str) -> tuple[list[str], list[str]]:
+    """(lines inside begin..end regions, lines outside them), markers excluded."""
+    inside, outside, within = [], [], False
+    for line in source.split("\n"):
+        if begin in line:
+            within = True
+        elif end in line:
+            within = False
+        else:
+            (inside if within else outside).append(line)
+    return inside, outside
+
+
+# -- the files ------------------------------------------------------------------------------------------------
+def test_there_are_four_assignments():
+    assert [p.name for p in SOURCES] == NAMES
+    assert (FOLDER / "README.md").is_file()
+
+
+def test_sources_match_their_build_script():
+    """The notebooks are generated from _build.py: rebuilding changes nothing."""
+    spec = importlib.util.spec_from_file_location("assignments_build", FOLDER / "_build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    assert sorted(build.NOTEBOOKS) == NAMES
+    for name, cells in build.NOTEBOOKS.items():
+        assert nbformat.writes(build.build(cells)) + "\n" == (FOLDER / name).read_text(), f"rebuild {name}"
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=[p.stem for p in SOURCES])
+def test_source_is_a_valid_nbgrader_source(path: Path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata.kernelspec.name == "python3" and nb.metadata.kernelspec.language == "python"
+    ids = []
+    kinds = {"solution": 0, "tests": 0, "hidden": 0, "manual": 0}
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"{path.name}: clear the outputs"
+        meta = cell.metadata.get("nbgrader")
+        has_solution = BEGIN_SOLUTION in cell.source
+        has_hidden = BEGIN_HIDDEN in cell.source
+        if meta is None:
+            assert not has_solution and not has_hidden, f"{path.name}: a region in a cell without metadata"
+            continue
+        assert meta["schema_version"] == 3
+        assert set(meta) <= {"grade", "grade_id", "locked", "points", "schema_version", "solution", "task"}
+        ids.append(meta["grade_id"])
+        if meta["solution"]:
+            assert not meta["locked"] and has_solution, f"{meta['grade_id']}: solution cells hold a region"
+            kinds["solution"] += cell.cell_type == "code"
+            kinds["manual"] += meta["grade"]
+        elif meta["grade"]:
+            assert meta["locked"] and cell.cell_type == "code" and meta["points"] > 0
+            kinds["tests"] += 1
+            kinds["hidden"] += has_hidden
+        else:
+            assert meta["locked"] and not has_solution and not has_hidden
+        assert cell.source.count(BEGIN_SOLUTION) == cell.source.count(END_SOLUTION)
+        assert cell.source.count(BEGIN_HIDDEN) == cell.source.count(END_HIDDEN)
+    assert len(ids) == len(set(ids)), f"{path.name}: duplicate grade ids"
+    assert kinds["solution"] and kinds["tests"] and kinds["hidden"] and kinds["manual"], kinds
+    text = path.read_text()
+    assert "/work/" not in text and "/home/" not in text and "/tmp/" not in text, "no absolute paths"
+
+
+def test_hidden_seeds_are_in_a_hidden_region():
+    """The instructor-changeable seeds of assignment 02 never reach students."""
+    nb = nbformat.read(FOLDER / "02-tuning-under-pauses.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "q3-choose-tests")
+    hidden, visible = _regions(cell.source, BEGIN_HIDDEN, END_HIDDEN)
+    assert any(line.startswith("HIDDEN_SEEDS = [") for line in hidden)
+    assert not any("HIDDEN_SEEDS" in line for line in visible)
+
+
+# -- the student versions -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", SOURCES, ids=[p.stem for p in SOURCES])
+def test_student_version_holds_no_solution(path: Path, tmp_path: Path):
+    student_path = tmp_path / path.name
+    generate_student_version(path, student_path)
+    source = nbformat.read(path, as_version=4)
+    student = nbformat.read(student_path, as_version=4)
+    assert len(student.cells) == len(source.cells)
+
+    secret, public = set(), set()
+    for cell in source.cells:
+        solved, rest = _regions(cell.source, BEGIN_SOLUTION, END_SOLUTION)
+        hidden, rest = _regions("\n".join(rest), BEGIN_HIDDEN, END_HIDDEN)
+        secret.update(line.strip() for line in solved + hidden if line.strip())
+        public.update(line.strip() for line in rest if line.strip())
+    secret -= public  # a line that also appears outside every region (say `)`) gives nothing away
+    assert secret
+
+    for before, after in zip(source.cells, student.cells, strict=True):
+        assert after.cell_type == before.cell_type
+        for marker in (BEGIN_SOLUTION, END_SOLUTION, BEGIN_HIDDEN, END_HIDDEN):
+            assert marker not in after.source
+        leaked = [line for line in after.source.split("\n") if line.strip() in secret]
+        assert not leaked, f"{path.name}: solution text in the student version: {leaked}"
+        if after.cell_type == "code":
+            assert after.outputs == [] and after.execution_count is None
+        if is_solution(before):
+            assert after.metadata["deletable"] is False
+            expected = "raise NotImplementedError()" if after.cell_type == "code" else "YOUR ANSWER HERE"
+            assert expected in after.source
+        if is_grade(before) or is_solution(before) or before.metadata.get("nbgrader", {}).get("locked"):
+            assert after.metadata.nbgrader["checksum"] == compute_checksum(after)
+            assert after.metadata.nbgrader["cell_type"] == after.cell_type
+
+
+# -- grading --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", NAMES)
+def test_source_passes_its_own_checks(name: str, graded):
+    code, out, err = graded[(name, "source-1")]
+    assert code == 0, f"{name}: the model solution fails its checks\n{out}\n{err[-2000:]}"
+    statuses = _status_lines(out)
+    assert statuses and set(statuses.values()) <= {"pass", "manual"}, out
+    assert "pass" in statuses.values() and "all checks pass" in out
+    assert "note:" not in out, f"{name}: an error outside the test cells\n{out}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_student_version_fails_its_checks(name: str, graded):
+    code, out, err = graded[(name, "student")]
+    assert code == 1, f"{name}: the unsolved starter should fail\n{out}\n{err[-2000:]}"
+    statuses = _status_lines(out)
+    auto = [s for s in statuses.values() if s != "manual"]
+    assert auto and all(s == "fail" for s in auto), out
+    assert "note:" in out and "NotImplementedError" in out, "the report should point at the unanswered code"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_grading_is_deterministic(name: str, graded):
+    first, second = graded[(name, "source-1")], graded[(name, "source-2")]
+    assert first[:2] == second[:2], f"two gradings differ:\n{first[1]}\n---\n{second[1]}\n{second[2][-2000:]}"
+
+
+def _notebook(cells: list) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}}
+    for index, cell in enumerate(nb.cells):
+        cell.id = f"c{index}"
+    return nb
+
+
+def _cell(kind: str, source: str, grade_id: str | None = None, **meta):
+    cell = nbformat.v4.new_code_cell(source) if kind == "code" else nbformat.v4.new_markdown_cell(source)
+    if grade_id is not None:
+        cell.metadata["nbgrader"] = {
+            "grade": False,
+            "solution": False,
+            "locked": False,
+            "grade_id": grade_id,
+            "schema_version": 3,
+            **meta,
+        }
+    return cell
+
+
+def test_generate_student_version_follows_nbgrader(tmp_path: Path):
+    nb = _notebook(
+        [
+            _cell(
+                "code",
+                "def f(x):\n    '''Doc.'''\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION\n\n\nf(1)",
+                "sol",
+                solution=True,
+            ),
+            _cell("code", "y = 3", "whole", solution=True),
+            _cell(
+                "markdown",
+                "Explain.\n### BEGIN SOLUTION\nBecause.\n### END SOLUTION",
+                "ans",
+                solution=True,
+                grade=True,
+                points=2,
+            ),
+            _cell(
+                "code",
+                "assert f(1) == 2\n### BEGIN HIDDEN TESTS\nassert f(5) == 10\n### END HIDDEN TESTS\nprint('ok')",
+                "tests",
+                grade=True,
+                locked=True,
+                points=1,
+            ),
+            _cell("code", "import math", "setup", locked=True),
+            _cell("markdown", "Plain text."),
+        ]
+    )
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", text="old output\n")]
+    nb.cells[0].execution_count = 4
+    nb.metadata["celltoolbar"] = "Create Assignment"
+    src, dst = tmp_path / "src.ipynb", tmp_path / "out" / "student.ipynb"
+    nbformat.write(nb, src)
+    generate_student_version(src, dst)
+    out = nbformat.read(dst, as_version=4)
+    assert out.cells[0].source == (
+        "def f(x):\n    '''Doc.'''\n    # YOUR CODE HERE\n    raise NotImplementedError()\n\n\nf(1)"
+    )
+    assert out.cells[0].outputs == [] and out.cells[0].execution_count is None
+    assert out.cells[1].source == "# YOUR CODE HERE\nraise NotImplementedError()"
+    assert out.cells[2].source == "Explain.\nYOUR ANSWER HERE"
+    assert out.cells[3].source == "assert f(1) == 2\nprint('ok')"
+    assert out.cells[4].source == "import math" and out.cells[5].source == "Plain text."
+    assert out.cells[0].metadata == {
+        "deletable": False,
+        "nbgrader": {
+            **nb.cells[0].metadata["nbgrader"],
+            "checksum": compute_checksum(out.cells[0]),
+            "cell_type": "code",
+        },
+    }
+    assert out.cells[3].metadata["editable"] is False and out.cells[3].metadata["deletable"] is False
+    assert out.cells[4].metadata["editable"] is False and "nbgrader" in out.cells[4].metadata
+    assert "checksum" not in out.cells[5].metadata.get("nbgrader", {})
+    assert "celltoolbar" not in out.metadata
+
+
+@pytest.mark.parametrize(
+    "cell, message",
+    [
+        (_cell("code", "### BEGIN SOLUTION\nx = 1", "a", solution=True), "without a matching"),
+        (_cell("code", "x = 1\n### END SOLUTION", "a", solution=True), "without a '"),
+        (
+            _cell("code", "### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION", "a", solution=True),
+            "nested",
+        ),
+        (_cell("code", "### BEGIN SOLUTION\nx = 1\n### END SOLUTION"), "not marked as a solution"),
+        (_cell("code", "### BEGIN HIDDEN TESTS\nx = 1\n### END HIDDEN TESTS", "a", locked=True), "grade"),
+    ],
+)
+def test_generate_student_version_rejects_bad_regions(cell, message: str, tmp_path: Path):
+    src = tmp_path / "bad.ipynb"
+    nbformat.write(_notebook([cell]), src)
+    with pytest.raises(ConfigError, match=message):
+        generate_student_version(src, tmp_path / "out.ipynb")
+    assert not (tmp_path / "out.ipynb").exists()
+
+
+def test_bad_notebooks_are_one_line_config_errors(tmp_path: Path, capsys):
+    with pytest.raises(ConfigError, match="not found"):
+        grade(tmp_path / "missing.ipynb")
+    broken = tmp_path / "broken.ipynb"
+    broken.write_text('{"cells": [')
+    with pytest.raises(ConfigError, match="not a readable notebook"):
+        grade(broken)
+    with pytest.raises(ConfigError, match="not found"):
+        generate_student_version(tmp_path / "missing.ipynb", tmp_path / "out.ipynb")
+    plain = tmp_path / "plain.ipynb"
+    nbformat.write(_notebook([_cell("code", "x = 1")]), plain)
+    with pytest.raises(ConfigError, match="no autograded test cells"):
+        grade(plain)
+    duplicate = tmp_path / "duplicate.ipynb"
+    nbformat.write(
+        _notebook([_cell("code", "x = 1", "a", locked=True), _cell("code", "y = 1", "a", locked=True)]),
+        duplicate,
+    )
+    with pytest.raises(ConfigError, match="duplicate grade_id"):
+        grade(duplicate)
+    with pytest.raises(ConfigError, match="timeout"):
+        grade(plain, timeout=0)
+    # through the CLI: exit status 2 and ONE line on stderr
+    assert cli_main(["grade", str(broken)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(
+        "emqsim grade: error: broken.ipynb is not a readable"
+    )
+
+
+def test_grading_follows_nbgrader_rules(tmp_path: Path, monkeypatch, capsys):
+    """Pass, error, stderr and partial credit; a manual answer is listed but not counted; the exit status."""
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+    tests = {"points": 2, "grade": True, "locked": True}
+    nb = _notebook(
+        [
+            _cell(
+                "code",
+                "def answer():\n    ### BEGIN SOLUTION\n    return 42\n    ### END SOLUTION",
+                "q",
+                solution=True,
+            ),
+            _cell("code", "assert answer() == 42", "passes", **tests),
+            _cell("code", "assert answer() == 41, 'wrong at 0x7f00aa'", "raises", **tests),
+            _cell("code", "import sys\nprint('careful', file=sys.stderr)", "stderr", **tests),
+            _cell("code", "1.5", "partial", **tests),
+            _cell("code", "with open('here.txt', 'w') as fh:\n    fh.write('x')", "writes", **tests),
+            _cell("markdown", "YOUR ANSWER HERE", "essay", grade=True, solution=True, points=3),
+        ]
+    )
+    path = tmp_path / "mini.ipynb"
+    nbformat.write(nb, path)
+    before = path.read_text()
+    assert cli_main(["grade", str(path), "--timeout", "120"]) == 1
+    report = capsys.readouterr().out
+    assert _status_lines(report) == {
+        "passes": "pass",
+        "raises": "fail",
+        "stderr": "fail",
+        "partial": "partial",
+        "writes": "pass",
+        "essay": "manual",
+    }
+    assert "AssertionError: wrong at 0x..." in report and "wrote to stderr: careful" in report
+    assert re.search(
+        r"^autograded\s+5\.5 / 10\s+some checks fail \(3 more points graded by hand\)$", report, re.M
+    )
+    assert (tmp_path / "here.txt").exists(), "the notebook runs in its own folder"
+    assert path.read_text() == before, "grading never changes the notebook"
