@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-from scipy import stats
 
 from emqsim.errors import ConfigError
 
@@ -109,6 +108,8 @@ class LogNormal:
     def survival(self, x: float) -> float:
         if self.sigma == 0:
             return 1.0 if self.median > x else 0.0
+        from scipy import stats  # imported on first use (slow to import)
+
         return float(stats.lognorm(s=self.sigma, scale=self.median).sf(x))
 
     def mean(self) -> float:

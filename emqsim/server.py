@@ -104,7 +104,7 @@ class Server:
     def serve_blocked(self) -> None:
         """Hand newly pushed jobs to parked takers, first come first served (skipping closed connections)."""
         now = int(self.env.now)
-        while self.blocked and self.store.execute("LLEN", self.keys.wait) > 0:
+        while self.blocked and self.store.peek_len(self.keys.wait) > 0:  # Redis itself: not a command
             worker, token, reply, back_ms = self.blocked.popleft()
             if not worker.connected:
                 continue
@@ -177,9 +177,10 @@ class Server:
 
     def sweep(self, by: str, now: int) -> SweepReply:
         reply = self.policy.sweep(self.queue, now)
-        self.sweeps.append(
-            SweepEvent(now / 1000, by, reply.skipped, reply.reclaimed, reply.failed, len(reply.marked))
-        )
+        if not reply.skipped:  # a sweep turned away by the `stalled-check` rate limit did nothing: no record
+            self.sweeps.append(
+                SweepEvent(now / 1000, by, reply.skipped, reply.reclaimed, reply.failed, len(reply.marked))
+            )
         for job_id in reply.reclaimed:
             self._reclaimed(job_id, by, now, failed=False)
         for job_id in reply.failed:

@@ -22,7 +22,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import stats as st
 
 from emqsim.records import DUPLICATE_COMPLETION, Run
 
@@ -155,6 +154,8 @@ def mean_ci(values: Sequence[float], level: float = LEVEL) -> tuple[float, float
     m = float(x.mean())
     if x.size == 1:
         return (m, m, m)
+    from scipy import stats as st  # imported on first use: it costs most of the CLI's start-up
+
     half = float(st.t.ppf((1 + level) / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
     return (m, m - half, m + half)
 
@@ -175,6 +176,8 @@ def ratio_ci(
         return (m, m, m)
     resid = (s - m * n) / n.mean()
     se = math.sqrt(float((resid**2).sum()) / (r * (r - 1)))
+    from scipy import stats as st
+
     half = float(st.t.ppf((1 + level) / 2, r - 1)) * se
     return (m, m - half, m + half)
 
@@ -182,6 +185,8 @@ def ratio_ci(
 def wilson_ci(successes: int, trials: int, level: float = LEVEL) -> tuple[float, float, float]:
     if trials == 0:
         return (math.nan, math.nan, math.nan)
+    from scipy import stats as st
+
     z = float(st.norm.ppf((1 + level) / 2))
     p = successes / trials
     denom = 1 + z * z / trials
@@ -197,6 +202,8 @@ def poisson_rate_ci(count: int, exposure: float, level: float = LEVEL) -> tuple[
     if exposure <= 0:
         return (math.nan, math.nan, math.nan)
     alpha = 1 - level
+    from scipy import stats as st
+
     lo = 0.0 if count == 0 else float(st.chi2.ppf(alpha / 2, 2 * count)) / 2
     hi = float(st.chi2.ppf(1 - alpha / 2, 2 * count + 2)) / 2
     return (count / exposure, lo / exposure, hi / exposure)

@@ -365,6 +365,11 @@ class KeyStore:
         """The key's absolute expiry in ms, or None if it has no TTL or is not resident. No lazy expiry."""
         return self._expires.get(key)
 
+    def peek_len(self, key: str) -> int:
+        """Length of a resident list, set or hash (0 if missing); no side effects, not counted as a command."""
+        v = self._data.get(key)
+        return 0 if v is None or type(v) is str else len(v)
+
     def peek(self, key: str) -> object | None:
         """A detached copy of the resident value, or None; no lazy expiry, no counting.
 

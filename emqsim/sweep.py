@@ -97,7 +97,7 @@ def run_sweep(
     todo: list[tuple[int, Scenario, ReclaimPolicy, int, int]] = []
     for index, cell in enumerate(cells):
         hit = _load(cache, cell.key(seed, replications, version)) if cache else None
-        if hit is not None:
+        if hit is not None and [s.replication for s in hit] == list(range(replications)):
             per_cell[index] = hit
             cached += 1
             continue
@@ -124,7 +124,7 @@ def run_sweep(
         else:
             if executor is None:
                 own_pool = executor = ProcessPoolExecutor(max_workers=workers)
-            batches = _batches(todo, parts=8 * max(1, workers if jobs else (os.cpu_count() or 1)))
+            batches = _batches(todo, parts=64 * max(1, workers))
             futures: list[Future] = [executor.submit(run_batch, b) for b in batches]
             for future in as_completed(futures):
                 absorb(future.result())

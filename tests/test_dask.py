@@ -1,0 +1,82 @@
+"""Sweeps on Dask give the serial rows: through `Client.get_executor()` and through `sweep --dask local`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+distributed = pytest.importorskip(
+    "dask.distributed", reason="dask[distributed] is not installed", exc_type=ImportError
+)
+
+from emqsim import LeasePolicy, TimeoutPolicy, standard  # noqa: E402
+from emqsim.sweep import Cell, run_sweep  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+REPS = 3
+
+
+def cells() -> list[Cell]:
+    scenarios = [standard("fast-dead"), standard("production", workers=4, jobs=20)]
+    return [Cell(s, p) for s in scenarios for p in (LeasePolicy(30, 10, 5), TimeoutPolicy(60, 5))]
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[distributed.Client]:
+    cluster = distributed.LocalCluster(
+        processes=True,
+        n_workers=2,
+        threads_per_worker=1,
+        dashboard_address=None,
+        silence_logs=logging.ERROR,
+    )
+    client = distributed.Client(cluster)
+    try:
+        yield client
+    finally:
+        client.close()
+        cluster.close()
+
+
+def test_dask_executor_gives_the_serial_rows(client: distributed.Client) -> None:
+    serial = run_sweep(cells(), replications=REPS, jobs=1, progress=False)
+    on_dask = run_sweep(cells(), replications=REPS, executor=client.get_executor(), progress=False)
+    assert on_dask.complete
+    assert on_dask.rows == serial.rows
+    assert on_dask.summaries == serial.summaries
+
+
+def test_dask_runs_on_the_cluster_workers(client: distributed.Client) -> None:
+    """The batches really leave this process: the workers are separate processes."""
+    pids = set(client.run(os.getpid).values())
+    assert len(pids) == 2 and os.getpid() not in pids
+
+
+def sweep_cli(*extra: str) -> dict:
+    args = ["sweep", "--scenario", "fast-dead", "--scenario", "frozen", "--timeout", "60,600"]
+    args += ["--replications", str(REPS), "--json", "--quiet", *extra]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "emqsim", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+def test_cli_dask_local_equals_serial() -> None:
+    assert sweep_cli("--dask", "local") == sweep_cli("--jobs", "1")

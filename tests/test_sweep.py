@@ -1,0 +1,280 @@
+"""run_sweep: seeds from (cell, replication) not order, serial == process pool, the resume cache, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import emqsim.sweep as sweep_module
+from emqsim import LeasePolicy, TimeoutPolicy, standard
+from emqsim.sweep import Cell, SweepResult, run_sweep
+
+REPS = 3
+
+
+def small_cells() -> list[Cell]:
+    """Six cheap cells: two one-job scenarios and a small production fleet, each under lease and timeout."""
+    scenarios = [standard("fast-dead"), standard("frozen"), standard("production", workers=4, jobs=20)]
+    policies = [LeasePolicy(30, 10, 5), TimeoutPolicy(60, 5)]
+    return [Cell(s, p) for s in scenarios for p in policies]
+
+
+def sweep(cells: list[Cell], **kw: Any) -> SweepResult:
+    kw.setdefault("replications", REPS)
+    kw.setdefault("jobs", 1)
+    return run_sweep(cells, progress=False, **kw)
+
+
+@pytest.fixture(scope="module")
+def serial() -> SweepResult:
+    return sweep(small_cells())
+
+
+def test_shuffled_cell_order_gives_the_same_rows_per_cell(serial: SweepResult) -> None:
+    cells = small_cells()
+    order = list(range(len(cells)))
+    random.Random(3).shuffle(order)
+    assert order != sorted(order)
+    shuffled = sweep([cells[i] for i in order])
+    assert shuffled.complete
+    for position, original in enumerate(order):
+        assert shuffled.rows[position] == serial.rows[original]
+        assert shuffled.summaries[position] == serial.summaries[original]
+
+
+def test_a_cell_alone_equals_the_same_cell_in_a_grid(serial: SweepResult) -> None:
+    cells = small_cells()
+    alone = sweep([cells[4]])
+    assert alone.rows == [serial.rows[4]]
+
+
+def test_replication_r_is_the_same_run_whatever_the_number_of_replications(serial: SweepResult) -> None:
+    fewer = sweep(small_cells()[4:6], replications=2)
+    assert fewer.summaries == [s[:2] for s in serial.summaries[4:6]]
+
+
+def test_seed_changes_the_runs(serial: SweepResult) -> None:
+    other = sweep(small_cells()[4:5], seed=1)
+    assert other.summaries[0] != serial.summaries[4]
+
+
+def test_every_replication_is_seeded_differently(serial: SweepResult) -> None:
+    production = serial.summaries[4]
+    assert [s.replication for s in production] == list(range(REPS))
+    assert len({json.dumps(s.job_latencies) for s in production}) == REPS
+
+
+def test_serial_equals_process_pool(serial: SweepResult) -> None:
+    pooled = sweep(small_cells(), jobs=2)
+    assert pooled.complete
+    assert pooled.rows == serial.rows
+    assert pooled.summaries == serial.summaries
+
+
+def test_any_executor_gives_the_serial_rows(serial: SweepResult) -> None:
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        threaded = sweep(small_cells(), executor=pool)
+    assert threaded.rows == serial.rows
+
+
+def test_replications_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="replications"):
+        sweep(small_cells()[:1], replications=0)
+
+
+# -- the resume cache --------------------------------------------------------------------------------------------
+def forbid_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(tasks: Any) -> Any:
+        raise AssertionError("a cached cell was simulated again")
+
+    monkeypatch.setattr(sweep_module, "run_batch", fail)
+
+
+def count_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record the cell index of every task the sweep simulates."""
+    seen: list[int] = []
+    real = sweep_module.run_batch
+
+    def counting(tasks: Any) -> Any:
+        seen.extend(task[0] for task in tasks)
+        return real(tasks)
+
+    monkeypatch.setattr(sweep_module, "run_batch", counting)
+    return seen
+
+
+def test_cache_hit_reuses_every_cell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, serial: SweepResult
+) -> None:
+    cells = small_cells()
+    first = sweep(cells, cache_dir=tmp_path)
+    assert first.cached_cells == 0 and first.rows == serial.rows
+    assert len(list(tmp_path.glob("*.json"))) == len(cells)
+    forbid_running(monkeypatch)
+    second = sweep(cells, cache_dir=tmp_path)
+    assert second.cached_cells == len(cells)
+    assert second.rows == serial.rows and second.summaries == serial.summaries
+
+
+def test_cache_key_covers_every_parameter() -> None:
+    cell = Cell(standard("fast-dead"), LeasePolicy(30, 10, 5))
+    base = cell.key(0, REPS, "1.0")
+    variants = [
+        cell.key(1, REPS, "1.0"),  # seed
+        cell.key(0, REPS + 1, "1.0"),  # replications
+        cell.key(0, REPS, "1.1"),  # version
+        Cell(standard("fast-dead", die_after=2.0), cell.policy).key(0, REPS, "1.0"),  # a scenario knob
+        Cell(cell.scenario, LeasePolicy(30, 5, 5)).key(0, REPS, "1.0"),  # a policy setting
+        Cell(cell.scenario, LeasePolicy(30, 10, 5, two_phase=False)).key(0, REPS, "1.0"),  # a policy option
+        Cell(cell.scenario, TimeoutPolicy(30, 5)).key(0, REPS, "1.0"),  # the policy class
+    ]
+    assert len({base, *variants}) == 1 + len(variants)
+    assert Cell(standard("fast-dead"), LeasePolicy(30, 10, 5)).key(0, REPS, "1.0") == base  # stable
+
+
+def test_cache_miss_on_other_parameters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cells = small_cells()[:2]
+    sweep(cells, cache_dir=tmp_path)
+    seen = count_runs(monkeypatch)
+    other_seed = sweep(cells, cache_dir=tmp_path, seed=5)
+    assert other_seed.cached_cells == 0 and len(seen) == 2 * REPS
+    other_policy = sweep([Cell(cells[0].scenario, LeasePolicy(20, 5, 5))], cache_dir=tmp_path)
+    assert other_policy.cached_cells == 0
+    assert len(list(tmp_path.glob("*.json"))) == 2 + 2 + 1
+
+
+def test_new_version_recomputes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cells = small_cells()[:2]
+    old = sweep(cells, cache_dir=tmp_path, version="0.0.1")
+    seen = count_runs(monkeypatch)
+    new = sweep(cells, cache_dir=tmp_path, version="0.0.2")
+    assert new.cached_cells == 0 and sorted(set(seen)) == [0, 1]
+    assert new.rows == old.rows  # same code, so same numbers; but they were computed again
+    assert len(list(tmp_path.glob("*.json"))) == 4
+    again = sweep(cells, cache_dir=tmp_path, version="0.0.1")
+    assert again.cached_cells == 2
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["{not json", "", "[1, 2, 3]", '{"a": 1}', '[{"scenario": "x"}]', "null"],
+    ids=["garbage", "empty", "numbers", "object", "missing-fields", "null"],
+)
+def test_damaged_cache_entry_is_recomputed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str, serial: SweepResult
+) -> None:
+    cells = small_cells()[:2]
+    sweep(cells, cache_dir=tmp_path)
+    damaged = tmp_path / f"{cells[1].key(0, REPS, _version())}.json"
+    assert damaged.exists()
+    damaged.write_text(damage)
+    seen = count_runs(monkeypatch)
+    result = sweep(cells, cache_dir=tmp_path)
+    assert result.cached_cells == 1 and set(seen) == {1}
+    assert result.rows == serial.rows[:2]
+    json.loads(damaged.read_text())  # rewritten whole
+
+
+def test_short_cache_entry_is_recomputed(tmp_path: Path, serial: SweepResult) -> None:
+    cells = small_cells()[:1]
+    sweep(cells, cache_dir=tmp_path)
+    path = tmp_path / f"{cells[0].key(0, REPS, _version())}.json"
+    path.write_text(json.dumps(json.loads(path.read_text())[:1]))  # valid JSON, one summary of three
+    result = sweep(cells, cache_dir=tmp_path)
+    assert result.cached_cells == 0
+    assert result.rows == serial.rows[:1]
+
+
+def _version() -> str:
+    from emqsim import __version__
+
+    return __version__
+
+
+# -- Ctrl-C ----------------------------------------------------------------------------------------------------
+def interrupt_at_cell(monkeypatch: pytest.MonkeyPatch, stop_cell: int) -> None:
+    """The first task of `stop_cell` raises KeyboardInterrupt, as Ctrl-C in the middle of a serial sweep."""
+    real = sweep_module.run_batch
+
+    def batch(tasks: Any) -> Any:
+        if any(task[0] == stop_cell for task in tasks):
+            raise KeyboardInterrupt
+        return real(tasks)
+
+    monkeypatch.setattr(sweep_module, "run_batch", batch)
+
+
+def test_interrupted_serial_sweep_keeps_finished_cells(
+    monkeypatch: pytest.MonkeyPatch, serial: SweepResult
+) -> None:
+    interrupt_at_cell(monkeypatch, 2)
+    calls: list[tuple[int, int]] = []
+    result = sweep(small_cells(), on_interrupt=lambda done, total: calls.append((done, total)))
+    assert not result.complete
+    assert result.rows == serial.rows[:2]
+    assert result.summaries[:2] == serial.summaries[:2]
+    assert result.summaries[2:] == [[]] * 4
+    assert calls == [(2, 6)]
+
+
+def test_interrupted_sweep_resumes_from_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, serial: SweepResult
+) -> None:
+    interrupt_at_cell(monkeypatch, 3)
+    partial = sweep(small_cells(), cache_dir=tmp_path)
+    assert not partial.complete and len(partial.rows) == 3
+    assert len(list(tmp_path.glob("*.json"))) == 3  # only finished cells are stored
+    monkeypatch.undo()
+    seen = count_runs(monkeypatch)
+    resumed = sweep(small_cells(), cache_dir=tmp_path)
+    assert resumed.complete and resumed.cached_cells == 3
+    assert set(seen) == {3, 4, 5}
+    assert resumed.rows == serial.rows
+
+
+class InterruptingExecutor(Executor):
+    """Runs each batch at once; the batch holding `stop_cell` comes back as a Ctrl-C."""
+
+    def __init__(self, stop_cell: int) -> None:
+        self.stop_cell = stop_cell
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        future: Future = Future()
+        if any(task[0] == self.stop_cell for task in args[0]):
+            future.set_exception(KeyboardInterrupt())
+        else:
+            future.set_result(fn(*args, **kwargs))
+        return future
+
+
+def test_interrupted_executor_sweep_keeps_only_whole_cells(serial: SweepResult) -> None:
+    result = run_sweep(
+        small_cells(), replications=REPS, executor=InterruptingExecutor(stop_cell=4), progress=False
+    )
+    assert not result.complete
+    assert result.summaries[4] == []
+    kept = [i for i, s in enumerate(result.summaries) if s]
+    assert result.rows == [serial.rows[i] for i in kept]
+    assert all(result.summaries[i] == serial.summaries[i] for i in kept)
+
+
+def test_interrupted_process_pool_returns_promptly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while waiting on the pool: the pool is cancelled, the first finished cell is kept."""
+    real = sweep_module.as_completed
+
+    def one_then_interrupt(futures: Any) -> Iterator[Future]:
+        for future in real(futures):
+            yield future
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_module, "as_completed", one_then_interrupt)
+    result = sweep(small_cells(), replications=1, jobs=2)
+    assert not result.complete
+    assert len(result.rows) == 1  # one batch = one single-replication cell
+    assert sum(bool(s) for s in result.summaries) == 1
