@@ -1,0 +1,156 @@
+"""The `bullmq` preset against the real BullMQ 6 library on a real Redis (docs/bullmq-validation.md).
+
+One session, two rounds at the same time on one private redis-server (about 30 s, 64 node processes):
+- crashes: 16 queues, each with a victim Worker SIGKILLed 1.2..3.2 s into its job and one sweep-only Worker,
+  each in its own process; lockDuration 2000 ms, stalledInterval 3000 ms (a sweep slower than the lease, so
+  the two-phase sweep shows);
+- freezes: 24 victims SIGSTOPped for 1.4 s (below the threshold L - B = 2 - 0.5 s) and 4 for 2.4 s (above
+  L = 2 s), with 2 shared sweep-only processes; lockDuration 2000 ms, stalledInterval 2000 ms.
+The margins pass the preset and fail the wrong models: a single-phase sweep (its latencies stop near L + S),
+and a renewal every lockRenewTime (B = 1 s: 40% of the 1.4 s freezes would lapse; P(at most 2 of 24) is
+3e-4). The real library loses the odd 1.4 s freeze anyway (about 1 in 60 here): its strict
+`ts + renew/2 < now` rule skips a LockManager tick now and then, which the model never does; the binomial
+test allows for up to 3 such losses.
+
+Skipped when node, the installed node_modules (`npm ci --prefix validation/bullmq`) or redis-server are
+missing; EMQSIM_REQUIRE_BULLMQ=1 turns the skip into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+
+from emqsim import validate_bullmq as vb
+
+CRASH = vb.Settings(lock_ms=2000, stalled_ms=3000)
+FREEZE = vb.Settings(lock_ms=2000, stalled_ms=2000)
+CRASHES = 16
+FREEZES = {1.4: 24, 2.4: 4}
+SAMPLES = 1500  # emqsim replications per latency comparison
+
+
+def real(test: Any) -> Any:
+    """Marks a test that needs node, the node_modules and redis-server."""
+    return pytest.mark.redis(pytest.mark.slow(test))
+
+
+def _need_real() -> None:
+    reason = vb.requirements_missing()
+    if reason is None:
+        return
+    if os.environ.get("EMQSIM_REQUIRE_BULLMQ") == "1":
+        pytest.fail(f"EMQSIM_REQUIRE_BULLMQ=1 but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    _need_real()
+    rng = np.random.default_rng(2024)
+    crashes = vb.plan_crashes(CRASHES, vb.CRASH_AFTER, rng)
+    freezes = [
+        vb.JobPlan(i, float(rng.uniform(*vb.FREEZE_AFTER)), f)
+        for i, f in enumerate(f for f, n in FREEZES.items() for _ in range(n))
+    ]
+    with vb.real_redis(tmp_path_factory.mktemp("bullmq")) as (sock, workdir):
+        crash_round, freeze_round = vb.run_rounds(
+            sock,
+            workdir,
+            [
+                vb.RoundSpec("crash", CRASH, crashes, survivors=1, shared=False),
+                vb.RoundSpec("freeze", FREEZE, freezes, survivors=2, shared=True),
+            ],
+            seed=2024,
+        )
+    return {
+        "crash": vb.crash_report(
+            [crash_round], vb.CRASH_AFTER, samples=SAMPLES, models=("bullmq", "single-phase")
+        ),
+        "freeze": vb.freeze_report(
+            [freeze_round], vb.FREEZE_AFTER, samples=400, models=("bullmq", "renew-every-lockRenewTime")
+        ),
+    }
+
+
+@real
+def test_report(session: dict[str, Any]) -> None:
+    """Print the comparison (shown with `pytest -s`)."""
+    vb.print_crash(session["crash"])
+    vb.print_freeze(session["freeze"])
+    assert not session["crash"]["errors"] and not session["freeze"]["errors"]
+
+
+@real
+def test_every_reclaim_happens_when_bullmqs_rules_say(session: dict[str, Any]) -> None:
+    """Job by job: the stalled event comes at the first sweep after the lock lapsed that follows a sweep which
+    marked the job after its last renewal (from the measured renewals and sweeps, to a few ms)."""
+    crash = session["crash"]
+    crash, freeze = session["crash"], session["freeze"]
+    assert crash["undetected"] == 0
+    assert crash["replay"]["matched"] == crash["crashes"] == CRASHES
+    assert (
+        freeze["replay"]["matched"] == freeze["replay"]["lost"] == sum(row["lost"] for row in freeze["rows"])
+    )
+
+
+@real
+def test_renewal_period_is_one_lock_manager_tick(session: dict[str, Any]) -> None:
+    """BullMQ renews on every tick (lockRenewTime / 2 after the reply), as the preset's rule does with rtt > 0;
+    not every lockRenewTime."""
+    renewal = session["crash"]["renewal"]
+    assert renewal["n"] >= CRASHES
+    assert abs(renewal["p50"] - renewal["model"]) <= 0.010
+    assert renewal["skipped_ticks"] <= 0.05 * renewal["n"]
+
+
+@real
+def test_crash_latency_matches_the_preset(session: dict[str, Any]) -> None:
+    cmp = session["crash"]["models"]["bullmq"]
+    assert cmp["agrees"], cmp
+
+
+@real
+def test_crash_latency_rejects_a_single_phase_sweep(session: dict[str, Any]) -> None:
+    cmp = session["crash"]["models"]["single-phase"]
+    assert not cmp["agrees"], cmp
+
+
+@real
+def test_freeze_threshold_matches_the_preset(session: dict[str, Any]) -> None:
+    """Below L - B no job is lost, above L every one is, as emqsim (and emqsim.analytic) predict; each lapse
+    is seen twice: the resumed worker's renewal fails and a sweep moves the job back."""
+    freeze = session["freeze"]
+    assert freeze["agrees"]["bullmq"], freeze["rows"]
+    rows = {row["freeze"]: row for row in freeze["rows"]}
+    assert rows[1.4]["lost"] <= 3
+    assert rows[2.4]["lost"] == rows[2.4]["n"] == FREEZES[2.4]
+    assert rows[2.4]["renewal_failed_after_resume"] == FREEZES[2.4]
+    assert freeze["lapse_evidence_agrees"] == freeze["freezes"] == sum(FREEZES.values())
+    rule = freeze["lapse_rule"]  # job by job: lost iff u + F > L, u measured from the last renewal
+    assert rule["agree"] + rule["ambiguous"] == rule["of"] == freeze["freezes"] and rule["ambiguous"] <= 2
+    for f, row in rows.items():
+        assert row["models"]["bullmq"]["analytic"] == (0.0 if f < 1.5 else 1.0)
+
+
+@real
+def test_freeze_threshold_rejects_renewing_every_lock_renew_time(session: dict[str, Any]) -> None:
+    assert not session["freeze"]["agrees"]["renew-every-lockRenewTime"], session["freeze"]["rows"]
+
+
+def test_harness_simulation_side_without_node() -> None:
+    """The emqsim half of the harness, quickly: the module imports and runs without node or redis."""
+    lost_low, n = vb.simulate_freezes(FREEZE, 2, vb.FREEZE_AFTER, 1.4, samples=40)
+    lost_high, _ = vb.simulate_freezes(FREEZE, 2, vb.FREEZE_AFTER, 2.4, samples=40)
+    assert (lost_low, lost_high) == (0, n)
+    wrong, _ = vb.simulate_freezes(
+        FREEZE, 2, vb.FREEZE_AFTER, 1.4, model="renew-every-lockRenewTime", samples=40
+    )
+    assert 0 < wrong < n
+    sim = vb.simulate_crashes(CRASH, 1, vb.CRASH_AFTER, samples=60)
+    assert sim.latencies.size == 60
+    cmp = vb.compare_latencies(sim.latencies[:20], sim.latencies[20:])
+    assert cmp["real_n"] == 20 and 0 <= cmp["ks_p"] <= 1
