@@ -29,9 +29,9 @@ from emqsim.records import (
     RECLAIMED,
     RUNNING,
     Attempt,
-    LockEvent,
     Run,
     WorkerEvent,
+    with_expiries,
 )
 from emqsim.scenario import Scenario
 from emqsim.seeds import stream
@@ -284,7 +284,7 @@ class Simulation:
             "completed": x("SCARD", keys.completed),
             "failed": x("SCARD", keys.failed),
         }
-        lock_events = _with_expiries(server.lock_events, end_ms / 1000) if server.record_locks else []
+        lock_events = with_expiries(server.lock_events, end_ms / 1000) if server.record_locks else []
         return Run(
             scenario=self.scenario.name,
             policy=self.policy.settings(),
@@ -337,30 +337,6 @@ def _mark_duplicates(attempts: list[Attempt]) -> None:
         if a.job in completed:
             a.outcome = DUPLICATE_COMPLETION
         completed.add(a.job)
-
-
-def _with_expiries(events: list[LockEvent], end: float) -> list[LockEvent]:
-    """Add the logical expiry of every lock that lapsed: visible through `expires_at`, gone 1 ms later."""
-    last: dict[tuple[str, str | None], LockEvent] = {}
-    out = list(events)
-
-    def lapse(previous: LockEvent | None, before: float) -> None:
-        if previous is not None and previous.expires_at is not None and previous.expires_at + 0.001 <= before:
-            out.append(
-                LockEvent(round(previous.expires_at + 0.001, 3), previous.job, previous.token, "expired")
-            )
-
-    for event in events:
-        key = (event.job, event.token)
-        if event.kind in ("set", "renewed"):
-            lapse(last.get(key), event.time)
-            last[key] = event
-        elif event.kind in ("released", "deleted"):
-            last.pop(key, None)
-    for event in last.values():
-        lapse(event, end)
-    out.sort(key=lambda e: e.time)  # stable: same-time events keep their recorded order
-    return out
 
 
 def simulate(

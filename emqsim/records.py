@@ -136,3 +136,34 @@ class Run:
             row["detection_latency"] = a.detection_latency
             rows.append(row)
         return rows
+
+
+def with_expiries(events: list[LockEvent], end: float, one_ms: float = 0.001) -> list[LockEvent]:
+    """Add the logical expiry of every lock that lapsed: visible through `expires_at`, gone one millisecond
+    later (`one_ms` in the records' seconds; the live mode's time scale changes it). Used by the simulator and
+    the live mode alike, so both report lapses the same way."""
+    events = sorted(events, key=lambda e: e.time)  # stable: same-time events keep their recorded order
+    last: dict[tuple[str, str | None], LockEvent] = {}
+    out = list(events)
+
+    def lapse(previous: LockEvent | None, before: float) -> None:
+        if (
+            previous is not None
+            and previous.expires_at is not None
+            and previous.expires_at + one_ms <= before
+        ):
+            out.append(
+                LockEvent(round(previous.expires_at + one_ms, 6), previous.job, previous.token, "expired")
+            )
+
+    for event in events:
+        key = (event.job, event.token)
+        if event.kind in ("set", "renewed"):
+            lapse(last.get(key), event.time)
+            last[key] = event
+        elif event.kind in ("released", "deleted"):
+            last.pop(key, None)
+    for event in last.values():
+        lapse(event, end)
+    out.sort(key=lambda e: e.time)
+    return out

@@ -47,7 +47,7 @@ from emqsim.live.scripts import LuaQueue
 from emqsim.live.server import PrivateRedis, check_no_foreign_keys, connect, delete_prefix, die_with_parent
 from emqsim.policies import LeasePolicy, ReclaimPolicy, TimeoutPolicy
 from emqsim.protocol import FINISH_ERRORS
-from emqsim.records import Attempt, LockEvent, Run, SweepEvent, WorkerEvent
+from emqsim.records import Attempt, LockEvent, Run, SweepEvent, WorkerEvent, with_expiries
 from emqsim.scenario import Scenario
 from emqsim.seeds import stream
 from emqsim.units import to_ms
@@ -870,7 +870,7 @@ class LiveRun:
                 job = self.keys.job_id_of_lock(key)
                 if job is not None:
                     lock_events.append(LockEvent(s(t), job, None, "evicted", None, "expired"))
-            lock_events = _with_expiries(lock_events, s(end), 0.001 / self.scale)
+            lock_events = with_expiries(lock_events, s(end), 0.001 / self.scale)
         # Round trips by kind, from the reports (exact even for killed workers); only the empty polls of
         # `take` come from the workers' periodic counters.
         kinds = {"take": "take", "finishing": "finish", "renew": "renew", "sweep": "sweep"}
@@ -917,35 +917,6 @@ class LiveRun:
 
 def _finish_error(code: int, job: str) -> str:
     return FINISH_ERRORS[code].format(id=job)
-
-
-def _with_expiries(events: list[LockEvent], end: float, one_ms: float) -> list[LockEvent]:
-    """Add the logical expiry of every lock that lapsed, as the simulator's records do: a key is visible
-    through its expiry millisecond and gone one (real) millisecond later."""
-    events = sorted(events, key=lambda e: e.time)
-    last: dict[tuple[str, str | None], LockEvent] = {}
-    out = list(events)
-
-    def lapse(previous: LockEvent | None, before: float) -> None:
-        if (
-            previous is not None
-            and previous.expires_at is not None
-            and previous.expires_at + one_ms <= before
-        ):
-            gone = round(previous.expires_at + one_ms, 6)
-            out.append(LockEvent(gone, previous.job, previous.token, "expired"))
-
-    for event in events:
-        key = (event.job, event.token)
-        if event.kind in ("set", "renewed"):
-            lapse(last.get(key), event.time)
-            last[key] = event
-        elif event.kind in ("released", "deleted"):
-            last.pop(key, None)
-    for event in last.values():
-        lapse(event, end)
-    out.sort(key=lambda e: e.time)
-    return out
 
 
 def run_live(
