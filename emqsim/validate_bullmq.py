@@ -42,7 +42,6 @@ import math
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -60,6 +59,7 @@ from emqsim.analytic import freeze_lapse_probability, lease_detection, renewal_p
 from emqsim.distributions import Fixed, Uniform
 from emqsim.engine import simulate
 from emqsim.faults import Crash, Freeze, Network
+from emqsim.live.server import PrivateRedis, redis_server_path
 from emqsim.policies import LeasePolicy, ReclaimPolicy, RenewalRule
 from emqsim.presets import preset
 from emqsim.scenario import Scenario
@@ -87,11 +87,6 @@ _PR_SET_PDEATHSIG = 1
 
 
 # -- what is needed --------------------------------------------------------------------------------------------
-def redis_server_path() -> str | None:
-    """The redis-server binary (`EMQSIM_REDIS_SERVER` overrides the PATH lookup), or None."""
-    return os.environ.get("EMQSIM_REDIS_SERVER") or shutil.which("redis-server")
-
-
 def requirements_missing() -> str | None:
     """Why the real validation cannot run here (node, the installed node_modules, redis-server), or None."""
     if shutil.which("node") is None:
@@ -174,48 +169,6 @@ def _kill_group(proc: subprocess.Popen[Any]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
-
-
-def _ping(path: str) -> bool:
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(0.5)
-            s.connect(path)
-            s.sendall(b"PING\r\n")
-            return s.recv(64).startswith(b"+PONG")
-    except OSError:
-        return False
-
-
-class RedisProcess:
-    """A private redis-server: unix socket only, no persistence, its own process group."""
-
-    def __init__(self, workdir: Path) -> None:
-        binary = redis_server_path()
-        if binary is None:
-            raise RuntimeError(requirements_missing() or "redis-server missing")
-        self.socket = str(workdir / "redis.sock")
-        cmd = [
-            binary, "--port", "0", "--unixsocket", self.socket, "--unixsocketperm", "700",
-            "--save", "", "--appendonly", "no", "--daemonize", "no",
-            "--dir", str(workdir), "--logfile", str(workdir / "redis.log"),
-        ]  # fmt: skip
-        self.proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
-        deadline = time.monotonic() + 15
-        while not _ping(self.socket):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"redis-server did not start (see {workdir / 'redis.log'})")
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        _kill_group(self.proc)
 
 
 class NodeProcess:
@@ -569,9 +522,9 @@ def real_redis(workdir: Path | None = None) -> Iterator[tuple[str, Path]]:
     with contextlib.ExitStack() as stack:
         if workdir is None:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="emqsim-bullmq-")))
-        server = RedisProcess(workdir)
+        server = PrivateRedis().start()  # the live mode's private server: unix socket, no persistence
         stack.callback(server.stop)
-        yield server.socket, workdir
+        yield server.socket_path, workdir
 
 
 @dataclass(frozen=True)

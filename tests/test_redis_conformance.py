@@ -59,9 +59,9 @@ PTTL_TOLERANCE_MS = 4000  # an example lasts well under this; grid times are >= 
 
 
 @pytest.fixture(scope="session")
-def redis_client(tmp_path_factory: pytest.TempPathFactory) -> redis.Redis:
+def redis_client() -> redis.Redis:
     """A throwaway redis-server (unix socket, no persistence) and a raw-reply client for the session."""
-    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
+    with RedisServer() as server:
         client = server.client()
         yield client
         client.close()
