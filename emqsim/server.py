@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import simpy
+from simpy.events import NORMAL
 
 from emqsim.keys import QueueKeys
 from emqsim.policies import ReclaimPolicy
@@ -78,7 +79,11 @@ class Server:
         return reply
 
     def _reply(self, reply: simpy.Event, result: Any, back_ms: int) -> None:
-        self.env.timeout(back_ms).callbacks.append(lambda _: reply.succeed(result))
+        """The reply reaches the client `back_ms` from now: one scheduled event (what `Timeout` does), not a
+        back-leg timeout whose callback then triggers the reply."""
+        reply._ok = True
+        reply._value = result
+        self.env.schedule(reply, NORMAL, back_ms)
 
     def send_take(self, worker: Worker, token: str, rtt_ms: int, lost: bool) -> simpy.Event:
         """BLMOVE-style take: served now if `wait` has a job, else parked until one arrives."""
