@@ -113,6 +113,12 @@ class ReclaimPolicy:
     def sweep(self, queue: Queue, now_ms: int) -> SweepReply:
         raise NotImplementedError
 
+    def sweep_refused(self, queue: Queue, arrival_ms: int) -> bool:
+        """True only if a sweep reaching Redis at `arrival_ms` is certain to be turned away without changing
+        anything but the command count (its one command is `EXISTS`). The engine then spares the sweep its
+        network events (the sender still waits out the round trip). Default: never certain."""
+        return False
+
 
 class LeasePolicy(ReclaimPolicy):
     """A lock with a `PX` lease, renewed by a heartbeat; the sweep reclaims jobs whose lock is gone.
@@ -182,6 +188,9 @@ class LeasePolicy(ReclaimPolicy):
         if self.two_phase:
             return queue.sweep_two_phase(now_ms, self.sweep_interval_ms, self.max_stalled)
         return queue.sweep_single_phase(now_ms, self.sweep_interval_ms, self.max_stalled)
+
+    def sweep_refused(self, queue: Queue, arrival_ms: int) -> bool:
+        return queue.sweep_rate_limited(arrival_ms)
 
     def __repr__(self) -> str:
         return (

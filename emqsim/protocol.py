@@ -161,6 +161,13 @@ class Queue:
             x("SADD", k.stalled, *active)
         return SweepReply(False, tuple(reclaimed), tuple(failed), tuple(active))
 
+    def sweep_rate_limited(self, arrival_ms: int) -> bool:
+        """Whether a sweep reaching Redis at `arrival_ms` is certain to stop at `EXISTS stalled-check`: the
+        key is set now with an expiry at or after `arrival_ms` (it is visible while `now <= expire_at`), and
+        only a sweep that passes the check sets it, so nothing can change the answer before then."""
+        expire_at = self.store.expire_at(self.keys.stalled_check)
+        return expire_at is not None and arrival_ms <= expire_at
+
     def sweep_single_phase(self, now_ms: int, interval_ms: int, max_stalled: int | None) -> SweepReply:
         """One-pass variant: every active job whose lock is gone is moved at once (no marking round)."""
         x = self.store.execute

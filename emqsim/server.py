@@ -180,6 +180,16 @@ class Server:
             self.on_settle()
         return reply
 
+    def sweep_refused(self, arrival_ms: int) -> bool:
+        """A sweep sent now that is certain to be refused at `arrival_ms` (see `ReclaimPolicy.sweep_refused`)
+        is counted here, one request and its one `EXISTS`, and sends nothing: the sender just waits out the
+        round trip. Skipped sweeps leave no record either way."""
+        if not self.policy.sweep_refused(self.queue, arrival_ms):
+            return False
+        self.requests["sweep"] = self.requests.get("sweep", 0) + 1
+        self.store.count_command("EXISTS")
+        return True
+
     def sweep(self, by: str, now: int) -> SweepReply:
         reply = self.policy.sweep(self.queue, now)
         if not reply.skipped:  # a sweep turned away by the `stalled-check` rate limit did nothing: no record

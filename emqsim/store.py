@@ -356,6 +356,11 @@ class KeyStore:
         text = b"ERR unknown command '%s', with args beginning with: %s" % (_c_bytes(argv[0])[:128], shown)
         return _no_newlines(text.decode("utf-8", "surrogateescape"))
 
+    def count_command(self, name: str) -> None:
+        """Count a command whose reply is known without running it (a sweep refused by its rate limit)."""
+        self.commands_executed += 1
+        self.command_counts[name] += 1
+
     # -- introspection (no side effects) -------------------------------------------------------------------
     def resident_keys(self) -> int:
         """Keys physically in memory, including logically expired ones not yet evicted (= DBSIZE)."""
