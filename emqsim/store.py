@@ -27,7 +27,7 @@ import collections
 import heapq
 import numbers
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import islice
 from typing import Any
 
@@ -355,6 +355,92 @@ class KeyStore:
             shown += b"'" + _c_bytes(arg)[: 128 - len(shown)] + b"' "
         text = b"ERR unknown command '%s', with args beginning with: %s" % (_c_bytes(argv[0])[:128], shown)
         return _no_newlines(text.decode("utf-8", "surrogateescape"))
+
+    # -- typed commands: what the protocol sends, without building and parsing an argv ---------------------
+    # Each one is its command exactly as `execute` runs it (counted, one clock sample, lazy expiry, WRONGTYPE),
+    # for arguments that are valid by construction (the protocol's fixed commands). The conformance tests
+    # drive `execute`; tests/test_store.py checks each typed call against it.
+    def _begin(self, name: str) -> None:
+        self.commands_executed += 1
+        self.command_counts[name] += 1
+        self._now = self._clock()
+
+    def get(self, key: str) -> str | None:
+        self._begin("GET")
+        return self._lookup_typed(key, str)
+
+    def set(self, key: str, value: str, px: int | None = None) -> str:
+        """SET key value [PX ms] (`px` > 0)."""
+        self._begin("SET")
+        self._lookup(key)
+        self._data[key] = value
+        if px is None:
+            if key in self._expires:
+                self._remove_expire(key)
+        else:
+            self._set_expire(key, px + self._now)
+        return "OK"
+
+    def delete(self, key: str) -> int:
+        self._begin("DEL")
+        if self._lookup(key) is None:
+            return 0
+        self._delete(key)
+        return 1
+
+    def exists(self, key: str) -> int:
+        self._begin("EXISTS")
+        return 0 if self._lookup(key) is None else 1
+
+    def lpush(self, key: str, value: str) -> int:
+        self._begin("LPUSH")
+        lst = self._list_for_push(key)
+        lst.appendleft(value)
+        return len(lst)
+
+    def rpush(self, key: str, value: str) -> int:
+        self._begin("RPUSH")
+        lst = self._list_for_push(key)
+        lst.append(value)
+        return len(lst)
+
+    def lmove(self, src: str, dst: str, from_left: bool, to_left: bool) -> str | None:
+        self._begin("LMOVE")
+        return self._move(src, dst, from_left, to_left)
+
+    def lrem(self, key: str, count: int, element: str) -> int:
+        self._begin("LREM")
+        return self._lrem_typed(key, count, element)
+
+    def lrange(self, key: str, start: int, end: int) -> list[str]:
+        self._begin("LRANGE")
+        return self._lrange_typed(key, start, end)
+
+    def sadd(self, key: str, *members: str) -> int:
+        self._begin("SADD")
+        return self._sadd_typed(key, members)
+
+    def srem(self, key: str, *members: str) -> int:
+        self._begin("SREM")
+        return self._srem_typed(key, members)
+
+    def smembers(self, key: str) -> list[str]:
+        self._begin("SMEMBERS")
+        return self._smembers_typed(key)
+
+    def hset(self, key: str, *pairs: str) -> int:
+        """HSET key field value [field value ...] (an even number of strings)."""
+        self._begin("HSET")
+        return self._hset_typed(key, pairs)
+
+    def hget(self, key: str, field: str) -> str | None:
+        self._begin("HGET")
+        h = self._lookup_typed(key, _Hash)
+        return None if h is None else h.get(field)
+
+    def hincrby(self, key: str, field: str, incr: int) -> int:
+        self._begin("HINCRBY")
+        return self._hincrby_typed(key, field, incr)
 
     def count_command(self, name: str) -> None:
         """Count a command whose reply is known without running it (a sweep refused by its rate limit)."""
@@ -808,7 +894,9 @@ class KeyStore:
         count = _string2ll(argv[2])
         if count is None:
             raise ResponseError(NOT_INTEGER)
-        key, element = argv[1], argv[3]
+        return self._lrem_typed(argv[1], count, argv[3])
+
+    def _lrem_typed(self, key: str, count: int, element: str) -> int:
         lst = self._lookup_typed(key, _List)
         if lst is None:
             return 0
@@ -842,7 +930,10 @@ class KeyStore:
         end = _string2ll(argv[3])
         if start is None or end is None:
             raise ResponseError(NOT_INTEGER)
-        lst = self._lookup_typed(argv[1], _List)
+        return self._lrange_typed(argv[1], start, end)
+
+    def _lrange_typed(self, key: str, start: int, end: int) -> list[str]:
+        lst = self._lookup_typed(key, _List)
         if lst is None:
             return []
         llen = len(lst)
@@ -866,24 +957,28 @@ class KeyStore:
 
     # -- sets ----------------------------------------------------------------------------------------------
     def _sadd(self, argv: list[str]) -> Reply:
-        key = argv[1]
+        return self._sadd_typed(argv[1], argv[2:])
+
+    def _sadd_typed(self, key: str, members: Sequence[str]) -> int:
         s = self._lookup_typed(key, _Set)
         if s is None:
             s = self._data[key] = _Set()
         before = len(s)
-        for m in argv[2:]:
+        for m in members:
             s[m] = None
             if s.intset and (_string2ll(m) is None or len(s) > SET_MAX_INTSET_ENTRIES):
                 s.intset = False
         return len(s) - before
 
     def _srem(self, argv: list[str]) -> Reply:
-        key = argv[1]
+        return self._srem_typed(argv[1], argv[2:])
+
+    def _srem_typed(self, key: str, members: Sequence[str]) -> int:
         s = self._lookup_typed(key, _Set)
         if s is None:
             return 0
         removed = 0
-        for m in argv[2:]:
+        for m in members:
             if m in s:
                 del s[m]
                 removed += 1
@@ -892,7 +987,10 @@ class KeyStore:
         return removed
 
     def _smembers(self, argv: list[str]) -> Reply:
-        s = self._lookup_typed(argv[1], _Set)
+        return self._smembers_typed(argv[1])
+
+    def _smembers_typed(self, key: str) -> list[str]:
+        s = self._lookup_typed(key, _Set)
         if s is None:
             return []
         return sorted(s, key=int) if s.intset else list(s)
@@ -909,13 +1007,15 @@ class KeyStore:
     def _hset(self, argv: list[str]) -> Reply:
         if len(argv) % 2:
             raise ResponseError("ERR wrong number of arguments for 'hset' command")
-        key = argv[1]
+        return self._hset_typed(argv[1], argv[2:])
+
+    def _hset_typed(self, key: str, pairs: Sequence[str]) -> int:
         h = self._lookup_typed(key, _Hash)
         if h is None:
             h = self._data[key] = _Hash()
         before = len(h)
-        for i in range(2, len(argv), 2):
-            h[argv[i]] = argv[i + 1]
+        for i in range(0, len(pairs), 2):
+            h[pairs[i]] = pairs[i + 1]
         return len(h) - before
 
     def _hget(self, argv: list[str]) -> Reply:
@@ -940,7 +1040,9 @@ class KeyStore:
         incr = _string2ll(argv[3])
         if incr is None:
             raise ResponseError(NOT_INTEGER)
-        key, field = argv[1], argv[2]
+        return self._hincrby_typed(argv[1], argv[2], incr)
+
+    def _hincrby_typed(self, key: str, field: str, incr: int) -> int:
         h = self._lookup_typed(key, _Hash)
         if h is None:
             h = self._data[key] = _Hash()

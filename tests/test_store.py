@@ -802,3 +802,83 @@ def test_smembers_of_an_integer_set_is_ascending_like_redis_intsets():
     assert store.execute("SMEMBERS", "s") == ["10", "2", "33", "1"]
     store.execute("SADD", "big", *[str(i) for i in range(600, 0, -1)])  # over 512: a hash table
     assert store.execute("SMEMBERS", "big")[:2] == ["600", "599"]
+
+
+# -- typed calls (what the protocol uses) against execute ----------------------------------------------------
+TKEY = st.sampled_from(["a", "b", "l", "s", "h"])
+MEMBER = st.sampled_from(["1", "2", "x"])
+TYPED_OPS = st.one_of(
+    st.tuples(st.just("get"), TKEY),
+    st.tuples(st.just("set"), TKEY, MEMBER, st.sampled_from([None, 1, 5, 9])),
+    st.tuples(st.just("delete"), TKEY),
+    st.tuples(st.just("exists"), TKEY),
+    st.tuples(st.sampled_from(["lpush", "rpush"]), TKEY, MEMBER),
+    st.tuples(st.just("lmove"), TKEY, TKEY, st.booleans(), st.booleans()),
+    st.tuples(st.just("lrem"), TKEY, st.sampled_from([-1, 0, 1, 2]), MEMBER),
+    st.tuples(st.just("lrange"), TKEY, st.sampled_from([0, 1, -2]), st.sampled_from([-1, 0, 3])),
+    st.tuples(st.sampled_from(["sadd", "srem"]), TKEY, st.lists(MEMBER, min_size=1, max_size=3)),
+    st.tuples(st.just("smembers"), TKEY),
+    st.tuples(st.just("hset"), TKEY, st.sampled_from([("f", "1"), ("f", "x", "g", "2")])),
+    st.tuples(st.just("hget"), TKEY, st.sampled_from(["f", "g"])),
+    st.tuples(st.just("hincrby"), TKEY, st.sampled_from(["f", "g"]), st.sampled_from([-1, 1, 7])),
+    st.tuples(st.just("advance"), st.sampled_from([1, 4])),
+)
+
+
+def as_argv(op: tuple) -> list[object]:
+    """The `execute` form of a typed call."""
+    name, *a = op
+    if name == "set":
+        key, value, px = a
+        return ["SET", key, value] + ([] if px is None else ["PX", px])
+    if name == "delete":
+        return ["DEL", *a]
+    if name == "lmove":
+        src, dst, from_left, to_left = a
+        return ["LMOVE", src, dst, "LEFT" if from_left else "RIGHT", "LEFT" if to_left else "RIGHT"]
+    if name in ("sadd", "srem"):
+        return [name.upper(), a[0], *a[1]]
+    if name == "hset":
+        return ["HSET", a[0], *a[1]]
+    return [name.upper(), *a]
+
+
+def typed_call(ks: KeyStore, op: tuple) -> object:
+    name, *a = op
+    if name == "set":
+        return ks.set(a[0], a[1], px=a[2])
+    if name in ("sadd", "srem"):
+        return getattr(ks, name)(a[0], *a[1])
+    if name == "hset":
+        return ks.hset(a[0], *a[1])
+    if name == "lmove":
+        return ks.lmove(a[0], a[1], from_left=a[2], to_left=a[3])
+    return getattr(ks, name)(*a)
+
+
+def outcome(call) -> object:
+    try:
+        return ("ok", call())
+    except ResponseError as e:
+        return ("error", str(e))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(TYPED_OPS, max_size=40))
+def test_typed_calls_do_exactly_what_execute_does(ops: list) -> None:
+    """Same replies, errors, data, expiries, evictions and command counts, op by op."""
+    typed, argv = Store(), Store()
+    for op in ops:
+        if op[0] == "advance":
+            typed.advance(op[1])
+            argv.advance(op[1])
+            continue
+        got = outcome(lambda op=op: typed_call(typed.ks, op))
+        want = outcome(lambda op=op: argv(*as_argv(op)))
+        assert got == want, op
+        assert typed.ks._data == argv.ks._data
+        assert typed.ks._expires == argv.ks._expires
+        assert typed.evictions == argv.evictions
+        assert typed.ks.command_counts == argv.ks.command_counts
+        assert typed.clock.reads == argv.clock.reads
+        check_ttl_index(typed.ks)
