@@ -18,7 +18,7 @@ from emqsim.scenario import Scenario
 
 SCENARIO_KEYS = {
     "name", "workers", "concurrency", "jobs", "arrival_rate", "duration", "horizon", "phases", "hz", "queue",
-    "faults", "random_faults", "network",
+    "remove_on_complete", "faults", "random_faults", "network",
 }  # fmt: skip
 FAULT_KEYS = {"kind", "worker", "at", "job", "after", "duration", "restart_after"}
 RANDOM_KEYS = {"crash_rate", "restart_after", "freeze_rate", "freeze_duration"}

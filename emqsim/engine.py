@@ -64,7 +64,12 @@ class Simulation:
         self.replication = replication
         self.env = simpy.Environment()
         self.server = Server(
-            self.env, self.policy, QueueKeys(scenario.queue), self._rng("store"), record_locks=record_locks
+            self.env,
+            self.policy,
+            QueueKeys(scenario.queue),
+            self._rng("store"),
+            record_locks=record_locks,
+            remove_on_complete=scenario.remove_on_complete,
         )
         self.server.worker_state = self.worker_state
         self._expire_planned: int | None = None

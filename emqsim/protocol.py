@@ -57,9 +57,10 @@ class SweepReply:
 class Queue:
     """One queue's atomic operations against a key store."""
 
-    def __init__(self, store: KeyStore, keys: QueueKeys) -> None:
+    def __init__(self, store: KeyStore, keys: QueueKeys, remove_on_complete: bool = False) -> None:
         self.store = store
         self.keys = keys
+        self.remove_on_complete = remove_on_complete
 
     # -- producers ---------------------------------------------------------------------------------------
     def add(self, job_id: str) -> None:
@@ -109,7 +110,8 @@ class Queue:
         return failed
 
     def finish(self, job_id: str, token: str, check_token: bool) -> FinishReply:
-        """moveToFinished: with `check_token`, a missing or foreign lock rejects the completion."""
+        """moveToFinished: with `check_token`, a missing or foreign lock rejects the completion. A completed
+        job's id goes to `completed`, or with `remove_on_complete` its hash is deleted instead."""
         x = self.store
         lock_key = self.keys.lock(job_id)
         if check_token:
@@ -127,7 +129,10 @@ class Queue:
             # Unchecked (a plain reliable queue): the ack is accepted, but the job is no longer active (it was
             # reclaimed, and is waiting, running again or done), so the queue's structures are left alone.
             return FinishReply(job_id, 0, was_active=False)
-        x.sadd(self.keys.completed, job_id)
+        if self.remove_on_complete:
+            x.delete(self.keys.job(job_id))
+        else:
+            x.sadd(self.keys.completed, job_id)
         return FinishReply(job_id, 0, was_active=True)
 
     # -- recovery ----------------------------------------------------------------------------------------
@@ -205,8 +210,10 @@ class Queue:
             where.append("wait")
         if job_id in x.lrange(k.active, 0, -1):
             where.append("active")
-        if x.execute("SISMEMBER", k.completed, job_id):
-            where.append("completed")
+        if x.execute("SISMEMBER", k.completed, job_id) or (
+            self.remove_on_complete and not x.execute("EXISTS", k.job(job_id))
+        ):
+            where.append("completed")  # with remove_on_complete, a job whose hash is gone was completed
         if x.execute("SISMEMBER", k.failed, job_id):
             where.append("failed")
         return where

@@ -28,6 +28,8 @@ class Scenario:
     horizon       the run stops here even if jobs are still held (nothing reclaims them if every worker
                   is dead and there is no reaper)
     hz            Redis's active-expire frequency
+    remove_on_complete  a completed job's hash is deleted and its id not kept in `completed` (BullMQ's
+                  `removeOnComplete: true`): Redis memory stays bounded by the jobs in flight
     """
 
     name: str = "custom"
@@ -43,6 +45,7 @@ class Scenario:
     horizon: float = 3600.0
     hz: int = 10
     queue: str = "default"
+    remove_on_complete: bool = False
 
     def __post_init__(self) -> None:
         for name in ("workers", "concurrency", "jobs"):
@@ -55,6 +58,8 @@ class Scenario:
             raise ConfigError(f"horizon must be > 0 seconds, got {self.horizon}")
         if self.phases not in ("random", "aligned"):
             raise ConfigError(f"phases must be 'random' or 'aligned', got {self.phases!r}")
+        if not isinstance(self.remove_on_complete, bool):
+            raise ConfigError(f"remove_on_complete must be true or false, got {self.remove_on_complete!r}")
         if not isinstance(self.hz, int) or not 1 <= self.hz <= 500:
             raise ConfigError(f"hz must be a whole number in 1..500 (Redis's range), got {self.hz!r}")
         for fault in self.faults:

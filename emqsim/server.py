@@ -40,12 +40,13 @@ class Server:
         keys: QueueKeys,
         store_rng: Any,
         record_locks: bool = True,
+        remove_on_complete: bool = False,
     ) -> None:
         self.env = env
         self.policy = policy
         self.keys = keys
         self.store = KeyStore(lambda: int(env.now), rng=store_rng, on_evict=self._on_evict)
-        self.queue = Queue(self.store, keys)
+        self.queue = Queue(self.store, keys, remove_on_complete=remove_on_complete)
         self.record_locks = record_locks
         self.attempts: list[Attempt] = []
         self.open_attempts: dict[str, Attempt] = {}  # job -> its current attempt, while the job is active

@@ -96,6 +96,18 @@ def test_finish_accepts_and_moves_to_completed(q):
     assert q.store.execute("EXISTS", q.keys.lock("a")) == 0
 
 
+def test_remove_on_complete_deletes_the_job_instead_of_keeping_it():
+    queue = Queue(KeyStore(lambda: 0), QueueKeys("q"), remove_on_complete=True)
+    for job in ("a", "b"):
+        queue.add(job)
+    queue.take("t1", 0, lock_ms=1000)
+    assert queue.finish("a", "t1", check_token=True).accepted
+    x = queue.store.execute
+    assert x("EXISTS", queue.keys.job("a")) == 0 and x("SCARD", queue.keys.completed) == 0
+    assert sorted(x("KEYS", "*")) == sorted([queue.keys.job("b"), queue.keys.wait])  # the waiting job only
+    assert queue.state_of("a") == ["completed"] and queue.state_of("b") == ["wait"]
+
+
 def test_finish_of_job_not_active_is_rejected_when_checked(q):
     q.add("a")
     q.take("t1", 0, lock_ms=None)  # a fencing lock without expiry

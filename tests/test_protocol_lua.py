@@ -75,11 +75,13 @@ class Pair:
     takes: int = 0
     offsets: dict[str, int] = field(default_factory=dict)  # key -> Redis PEXPIRETIME - Python expire_at
 
+    remove_on_complete: bool = False
+
     def __post_init__(self) -> None:
         self.client.flushall()
         self.store = KeyStore(self.clock)
-        self.py = Queue(self.store, self.keys)
-        self.lua = LuaQueue(self.client, self.keys)
+        self.py = Queue(self.store, self.keys, self.remove_on_complete)
+        self.lua = LuaQueue(self.client, self.keys, self.remove_on_complete)
 
     def token_for(self, job_index: int, which: str) -> tuple[str, str] | None:
         if self.jobs == 0:
@@ -190,6 +192,7 @@ config = st.fixed_dictionaries(
         "lease_ms": st.integers(10_000, 60_000),
         "interval_ms": st.integers(10_000, 60_000),
         "max_stalled": st.sampled_from([None, 0, 1, 2]),
+        "remove_on_complete": st.booleans(),
     }
 )
 
@@ -253,7 +256,11 @@ def run_sequence(pair: Pair, cfg: dict, ops: list[tuple]) -> None:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cfg=config, adds=st.integers(0, 4), ops=st.lists(operation, min_size=20, max_size=60))
 def test_lua_matches_python(client, cfg, adds, ops):
-    run_sequence(Pair(client), cfg, [("add", 0, "right", False, "zero", 0)] * adds + ops)
+    run_sequence(
+        Pair(client, remove_on_complete=cfg["remove_on_complete"]),
+        cfg,
+        [("add", 0, "right", False, "zero", 0)] * adds + ops,
+    )
 
 
 # -- readable fixed sequences (also documentation of the protocol) ---------------------------------------------

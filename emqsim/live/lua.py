@@ -85,9 +85,16 @@ class RawScripts:
             args += [job_id, token]
         return self.call("extend_locks", [self.k["stalled"]], args)
 
-    def finish(self, job_id: str, token: str, check_token: bool) -> list:
+    def finish(self, job_id: str, token: str, check_token: bool, remove_on_complete: bool = False) -> list:
         keys = [self.k["active"], self.k["stalled"], self.k["completed"]]
-        return self.call("finish", keys, [self.k["prefix"], job_id, token, "1" if check_token else "0"])
+        args = [
+            self.k["prefix"],
+            job_id,
+            token,
+            "1" if check_token else "0",
+            "1" if remove_on_complete else "0",
+        ]
+        return self.call("finish", keys, args)
 
     def sweep_two_phase(self, now_ms: int, interval_ms: int, max_stalled: int | None) -> list:
         k = self.k

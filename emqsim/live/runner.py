@@ -295,6 +295,7 @@ class LiveRun:
             "concurrency": self.scenario.concurrency,
             "take": {"lock_ms": live.lock_ms, "set_lock": live.set_lock},
             "fenced": live.fenced,
+            "remove_on_complete": self.scenario.remove_on_complete,
             "renewal": live.renewal if role == "worker" else None,
             "sweep": sweep,
             "works": [w * self.scale for w in self.works_s],

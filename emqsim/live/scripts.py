@@ -26,9 +26,10 @@ class LuaQueue:
     The client must decode responses (`decode_responses=True`) so ids and tokens come back as `str`.
     """
 
-    def __init__(self, client: redis.Redis, keys: QueueKeys) -> None:
+    def __init__(self, client: redis.Redis, keys: QueueKeys, remove_on_complete: bool = False) -> None:
         self.client = client
         self.keys = keys
+        self.remove_on_complete = remove_on_complete
         self.raw = RawScripts(client, key_names(keys.base))
 
     @property
@@ -48,7 +49,7 @@ class LuaQueue:
         return list(self.raw.extend_locks(held, lock_ms, recreate_missing))
 
     def finish(self, job_id: str, token: str, check_token: bool) -> FinishReply:
-        code, was_active = self.raw.finish(job_id, token, check_token)
+        code, was_active = self.raw.finish(job_id, token, check_token, self.remove_on_complete)
         return FinishReply(job_id, int(code), was_active=bool(was_active))
 
     def sweep_two_phase(self, now_ms: int, interval_ms: int, max_stalled: int | None) -> SweepReply:

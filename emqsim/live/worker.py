@@ -165,7 +165,14 @@ class LiveWorker:
         t = time.time()
         self.emit("finishing", job=job, token=token, t=t)
         self.count("finish")
-        code, active = self.request("finish", self.scripts.finish, job, token, self.cfg["fenced"])
+        code, active = self.request(
+            "finish",
+            self.scripts.finish,
+            job,
+            token,
+            self.cfg["fenced"],
+            self.cfg.get("remove_on_complete", False),
+        )
         self.emit("finished", job=job, token=token, t=t, r=time.time(), code=code, active=active)
         with self.held_lock:
             self.held.pop(token, None)
