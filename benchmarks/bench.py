@@ -15,7 +15,8 @@ Sections
   heartbeat  renew requests over a fixed horizon vs (workers, concurrency, jobs): one timer per worker
              (batched) against one timer per job (RenewalRule.every(10, per_job=True))
   big        peak RSS of a large run (default 100,000 jobs, extrapolated linearly to 1,000,000), with the
-             default records and with record_locks=False
+             default records, with record_locks=False, and streaming (`simulate_summary`'s job sink, no
+             records, with remove_on_complete)
   breakdown  (only when asked for) the default sweep's cost per cell and the best 2-process schedule
 
 Every measurement runs in a fresh interpreter (`--child`), so peak RSS (ru_maxrss) is the run's own, and the
@@ -85,20 +86,31 @@ def child_model(jobs: int, options: dict[str, Any], digest: bool) -> dict[str, A
     from emqsim.engine import Simulation
 
     scenario = standard_workload(jobs)
+    shown = {k: repr(v) for k, v in options.items()}
+    options = dict(options)
+    builder = None
+    if options.pop("streaming", False):
+        # what `simulate_summary` does, plus BullMQ's removeOnComplete so Redis keeps only jobs in flight
+        from emqsim.stats import SummaryBuilder
+
+        scenario = scenario.with_(remove_on_complete=True)
+        builder = SummaryBuilder(jobs)
+        options["job_sink"] = builder.add_job
     base_rss = _maxrss_bytes()
     sim = Simulation(scenario, LeasePolicy(30, 10, 5), 0, 0, **options)
     wall0, cpu0 = time.perf_counter(), time.process_time()
     run = sim.run()
+    summary = builder.result(run) if builder is not None else None
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     out = {
         "jobs": jobs,
-        "options": {k: repr(v) for k, v in options.items()},
+        "options": shown,
         "wall_s": wall,
         "cpu_s": cpu,
         "events": next(sim.env._eid),  # SimPy numbers every scheduled event; the next id is the count
         "sim_end_s": run.end,
         "ended_by": run.ended_by,
-        "attempts": len(run.attempts),
+        "attempts": len(run.attempts) if summary is None else summary.attempts,
         "requests": dict(run.requests),
         "total_requests": run.total_requests,
         "redis_commands": run.redis_commands,
@@ -398,7 +410,11 @@ def section_big(cfg: argparse.Namespace, report: Report) -> dict[str, Any]:
     """Peak RSS at a few sizes, a straight line through them, and its value at `--extrapolate-to` jobs."""
     sizes = sorted(set(cfg.big_jobs))
     target = cfg.extrapolate_to
-    modes = {"default": {}, "record_locks=False": {"record_locks": False}}
+    modes = {
+        "default": {},
+        "record_locks=False": {"record_locks": False},
+        "streaming": {"streaming": True},  # simulate_summary + remove_on_complete
+    }
     for option in cfg.sim_option:
         key, _, value = option.partition("=")
         modes[option] = {key: json.loads(value.lower() if value in ("True", "False") else value)}

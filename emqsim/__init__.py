@@ -2,6 +2,7 @@
 
 >>> from emqsim import simulate, LeasePolicy, TimeoutPolicy, standard
 >>> run = simulate(standard("fast-dead"), LeasePolicy(lease=30, beat=10), seed=1)
+>>> summary = simulate_summary(standard("fast-dead"), LeasePolicy(lease=30, beat=10), seed=1)  # no records
 """
 
 from emqsim.distributions import Empirical, Exponential, Fixed, LogNormal, Uniform, parse_distribution
@@ -11,6 +12,7 @@ from emqsim.faults import Crash, Freeze, Network, RandomFaults
 from emqsim.policies import LeasePolicy, LeaseWarning, ReclaimPolicy, RenewalRule, TimeoutPolicy
 from emqsim.records import Attempt, LockEvent, Run, SweepEvent, WorkerEvent
 from emqsim.scenario import STANDARD, Scenario, standard
+from emqsim.stats import RunSummary, simulate_summary, summarize
 
 __version__ = "0.1.0"
 
@@ -32,6 +34,7 @@ __all__ = [
     "ReclaimPolicy",
     "RenewalRule",
     "Run",
+    "RunSummary",
     "Scenario",
     "Simulation",
     "SweepEvent",
@@ -41,5 +44,7 @@ __all__ = [
     "__version__",
     "parse_distribution",
     "simulate",
+    "simulate_summary",
     "standard",
+    "summarize",
 ]

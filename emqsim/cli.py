@@ -596,8 +596,7 @@ def _dask_executor(address: str):
 
 def cmd_run(args: argparse.Namespace) -> int:
     from emqsim import __version__
-    from emqsim.engine import simulate
-    from emqsim.stats import aggregate, summarize
+    from emqsim.stats import aggregate, simulate_summary
 
     scenario = run_scenario(args)
     policy = single_policy(args)
@@ -606,7 +605,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         config_policy = load_config(args.config)[1]
         policy = config_policy or policy
-    summaries = [summarize(simulate(scenario, policy, args.seed, r)) for r in range(args.replications)]
+    summaries = [simulate_summary(scenario, policy, args.seed, r) for r in range(args.replications)]
     row = aggregate(summaries)
     if args.json:
         sys.stdout.write(to_json([row], version=__version__, seed=args.seed))

@@ -12,6 +12,7 @@ its lock; one millisecond later it does not.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -36,14 +37,24 @@ from emqsim.records import (
 from emqsim.scenario import Scenario
 from emqsim.seeds import stream
 from emqsim.server import Server
-from emqsim.units import to_ms
+from emqsim.units import to_ms, to_ms_array
 from emqsim.worker import DEAD, Reaper, Worker
 
 HOUR_MS = 3_600_000
 
 
+JobSink = Callable[[list[Attempt], float, "float | None"], None]
+
+
 class Simulation:
-    """One run. Build it, call `run()` once."""
+    """One run. Build it, call `run()` once.
+
+    With a `job_sink` the run streams: it keeps no records, and hands each job's attempts, final, to
+    `job_sink(attempts, arrival, end)` as soon as nothing can change them any more (the job completed or
+    failed, and every attempt of it finished at Redis or lost its worker), so memory follows the jobs in
+    flight, not the jobs run. `end` is None for a job closed during the run; jobs still open when the run
+    stops are handed over then, with the run's end. `emqsim.stats.simulate_summary` is the usual sink.
+    """
 
     def __init__(
         self,
@@ -53,6 +64,7 @@ class Simulation:
         replication: int = 0,
         *,
         record_locks: bool = True,
+        job_sink: JobSink | None = None,
     ) -> None:
         if not isinstance(policy, ReclaimPolicy):
             raise TypeError(
@@ -68,14 +80,21 @@ class Simulation:
             self.policy,
             QueueKeys(scenario.queue),
             self._rng("store"),
-            record_locks=record_locks,
+            record_locks=record_locks and job_sink is None,
             remove_on_complete=scenario.remove_on_complete,
+            streaming=job_sink is not None,
         )
+        self.job_sink = job_sink
+        self.keep_records = job_sink is None
+        self._settled_open: set[str] = set()  # streaming: settled jobs with an attempt that may still change
+        self._arrival_of: dict[str, float] = {}  # streaming: arrival times of jobs not yet closed
         self.server.worker_state = self.worker_state
         self._expire_planned: int | None = None
         self._expire_wakeup = self.env.event()
         self.server.store.on_ttl = self._ttl_set
-        self.server.on_settle = self._check_done
+        self.server.on_settle = self._job_settled
+        if job_sink is not None:
+            self.server.on_finish_applied = self._finish_applied
         self.workers: dict[int, Worker] = {}
         self.worker_events: list[WorkerEvent] = []
         self.executing = 0
@@ -111,9 +130,50 @@ class Simulation:
         ):
             self.done.succeed()
 
-    def worker_crashed(self, worker: Worker) -> None:
+    def worker_crashed(self, worker: Worker, stopped: list[Attempt]) -> None:
         if worker.restart_after_ms is not None:
             self.env.process(self._restart(worker.restart_after_ms))
+        if self.job_sink is not None:
+            for attempt in stopped:
+                if attempt.job in self._settled_open:
+                    self._try_close(attempt.job)
+
+    # -- streaming: hand over each job once it is final -----------------------------------------------------
+    def _job_settled(self, job_id: str) -> None:
+        if self.job_sink is not None:
+            self._settled_open.add(job_id)
+            self._try_close(job_id)
+        self._check_done()
+
+    def _finish_applied(self, job_id: str) -> None:
+        if job_id in self._settled_open:
+            self._try_close(job_id)
+
+    def _try_close(self, job_id: str) -> None:
+        """Hand a settled job to the sink if none of its attempts can change any more: each one's finish was
+        applied at Redis, or its worker is dead with no finish on the way; and a crash that left the job
+        held was detected or outlived by a completion (else its hostage time runs to the end of the run)."""
+        attempts = self.server.job_attempts[job_id]
+        workers = self.workers
+        for a in attempts:
+            if a.finish_applied_at is None and (a.finished_at is not None or workers[a.worker].state != DEAD):
+                return
+        if not any(a.finish_result == "accepted" for a in attempts) and any(
+            a.died_at is not None and a.detection_latency is None for a in attempts
+        ):
+            return
+        for a in attempts:
+            if a.finished_at is not None:
+                a.work_done = a.work
+            a.outcome = _outcome(a)
+        _mark_duplicates(attempts)
+        self._settled_open.discard(job_id)
+        server = self.server
+        del server.job_attempts[job_id]
+        del server.work_of[job_id]
+        del server.attempt_counts[job_id]
+        server.open_attempts.pop(job_id, None)
+        self.job_sink(attempts, self._arrival_of.pop(job_id), None)
 
     def job_started(self, worker: Worker, attempt: Attempt) -> None:
         if attempt.attempt != 1:
@@ -164,13 +224,16 @@ class Simulation:
         gaps = (
             np.zeros(len(works_ms), dtype=np.int64)
             if rate is None
-            else np.array([to_ms(g) for g in self._rng("arrivals").exponential(1 / rate, len(works_ms))])
+            else to_ms_array(self._rng("arrivals").exponential(1 / rate, len(works_ms)))
         )
         for index, (gap, work) in enumerate(zip(gaps, works_ms, strict=True)):
             if gap:
                 yield self.env.timeout(int(gap))
             self.arrived += 1
-            self.arrival_times.append(self.env.now / 1000)
+            if self.job_sink is None:
+                self.arrival_times.append(self.env.now / 1000)
+            else:
+                self._arrival_of[str(index)] = self.env.now / 1000
             self.server.add_job(str(index), int(work) / 1000)
 
     def _expire_cycle(self):
@@ -249,7 +312,7 @@ class Simulation:
     def run(self) -> Run:
         scenario = self.scenario
         works = scenario.duration.sample(self._rng("durations"), scenario.jobs)
-        works_ms = np.array([to_ms(float(w)) for w in works], dtype=np.int64)
+        works_ms = to_ms_array(works)
         for wid in range(scenario.workers):
             self._start_worker(wid)
         if self.policy.swept_by == "reaper":
@@ -275,11 +338,16 @@ class Simulation:
             for attempt in worker.running.values():
                 if attempt.started_at is not None:
                     attempt.work_done = min(attempt.work, _ran_for(worker, attempt, end_ms))
-        for attempt in server.attempts:
-            if attempt.finished_at is not None:
-                attempt.work_done = attempt.work
-            attempt.outcome = _outcome(attempt)
-        _mark_duplicates(server.attempts)
+        open_jobs = list(server.job_attempts.values()) if self.job_sink is not None else [server.attempts]
+        for attempts in open_jobs:
+            for attempt in attempts:
+                if attempt.finished_at is not None:
+                    attempt.work_done = attempt.work
+                attempt.outcome = _outcome(attempt)
+            _mark_duplicates(attempts)
+        if self.job_sink is not None:
+            for job_id, attempts in server.job_attempts.items():
+                self.job_sink(attempts, self._arrival_of[job_id], end_ms / 1000)
         redis_commands = server.store.commands_executed
         keys = server.keys
         x = server.store.execute

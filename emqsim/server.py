@@ -41,6 +41,7 @@ class Server:
         store_rng: Any,
         record_locks: bool = True,
         remove_on_complete: bool = False,
+        streaming: bool = False,
     ) -> None:
         self.env = env
         self.policy = policy
@@ -48,7 +49,9 @@ class Server:
         self.store = KeyStore(lambda: int(env.now), rng=store_rng, on_evict=self._on_evict)
         self.queue = Queue(self.store, keys, remove_on_complete=remove_on_complete)
         self.record_locks = record_locks
-        self.attempts: list[Attempt] = []
+        self.streaming = streaming  # attempts kept per job until the engine closes the job, no other records
+        self.attempts: list[Attempt] = []  # every attempt in take order (not kept when streaming)
+        self.job_attempts: dict[str, list[Attempt]] = {}  # streaming: the attempts of jobs not yet closed
         self.open_attempts: dict[str, Attempt] = {}  # job -> its current attempt, while the job is active
         self.attempt_counts: dict[str, int] = {}
         self.lock_events: list[LockEvent] = []
@@ -57,7 +60,8 @@ class Server:
         self.blocked: deque[tuple[Client, str, simpy.Event, int]] = deque()
         self.work_of: dict[str, float] = {}
         self.settled = 0  # jobs that reached completed or failed
-        self.on_settle: Callable[[], None] = lambda: None
+        self.on_settle: Callable[[str], None] = lambda job_id: None  # a job reached completed or failed
+        self.on_finish_applied: Callable[[str], None] = lambda job_id: None
         self.resident_peak = 0
 
     # -- transport ---------------------------------------------------------------------------------------
@@ -132,7 +136,10 @@ class Server:
         attempt = Attempt(job_id, n, worker.wid, token, self.work_of[job_id], taken_at=now / 1000)
         if not worker.alive_or_frozen:
             attempt.died_at = attempt.taken_at  # taken by a request sent just before its worker crashed
-        self.attempts.append(attempt)
+        if self.streaming:
+            self.job_attempts.setdefault(job_id, []).append(attempt)
+        else:
+            self.attempts.append(attempt)
         self.open_attempts[job_id] = attempt
         worker.on_taken(job_id, attempt)
         if self.record_locks and (self.policy.renewal is not None or self.policy.fenced):
@@ -178,7 +185,8 @@ class Server:
                 self._lock_event(now, attempt.job, attempt.token, "released")
         if reply.was_active:
             self.settled += 1
-            self.on_settle()
+            self.on_settle(attempt.job)
+        self.on_finish_applied(attempt.job)
         return reply
 
     def sweep_refused(self, arrival_ms: int) -> bool:
@@ -193,7 +201,7 @@ class Server:
 
     def sweep(self, by: str, now: int) -> SweepReply:
         reply = self.policy.sweep(self.queue, now)
-        if not reply.skipped:  # a sweep turned away by the `stalled-check` rate limit did nothing: no record
+        if not reply.skipped and not self.streaming:  # a sweep turned away by the rate limit: no record
             self.sweeps.append(
                 SweepEvent(now / 1000, by, reply.skipped, reply.reclaimed, reply.failed, len(reply.marked))
             )
@@ -201,9 +209,9 @@ class Server:
             self._reclaimed(job_id, by, now, failed=False)
         for job_id in reply.failed:
             self._reclaimed(job_id, by, now, failed=True)
-        if reply.failed:
-            self.settled += len(reply.failed)
-            self.on_settle()
+        for job_id in reply.failed:
+            self.settled += 1
+            self.on_settle(job_id)
         if reply.reclaimed:
             self.serve_blocked()
         return reply

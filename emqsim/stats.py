@@ -17,13 +17,17 @@ import json
 import math
 import os
 import tempfile
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from emqsim.records import DUPLICATE_COMPLETION, Run
+from emqsim.engine import Simulation
+from emqsim.policies import ReclaimPolicy
+from emqsim.records import DUPLICATE_COMPLETION, Attempt, Run
+from emqsim.scenario import Scenario
 
 LEVEL = 0.95
 
@@ -60,88 +64,144 @@ class RunSummary:
         return self.requests / self.end if self.end > 0 else 0.0
 
 
+class SummaryBuilder:
+    """Folds a run's jobs, one at a time and in any order, into its `RunSummary`.
+
+    `summarize` feeds it a finished `Run`'s attempts job by job; a streaming run (`simulate_summary`) feeds it
+    each job as the engine closes it. The result does not depend on the order: counts are integers, sums of
+    seconds are exactly rounded (`math.fsum`), detection latencies are sorted, job latencies are in job
+    order. So both ways give identical summaries (tests/test_streaming.py).
+    """
+
+    def __init__(self, jobs: int) -> None:
+        self.attempts = 0
+        self.completed_jobs = 0
+        self.reclaims = 0
+        self.false_reclaims = 0
+        self.max_false_reclaims_per_job = 0
+        self.detection_latencies: list[float] = []
+        self.undetected = 0
+        self.hostage_terms = array("d")
+        self.duplicate_executions = 0
+        self.wasted_terms = array("d")
+        self.finishes_rejected = 0
+        self.duplicate_completions = 0
+        self.work_terms = array("d")
+        self._job_latency = np.full(jobs, np.nan)  # by job index: 8 bytes a job, whatever the order
+
+    def add_job(self, attempts: Sequence[Attempt], arrival: float, end: float | None) -> None:
+        """One job's attempts, final (outcomes set). `end` (the run's end) is needed only for a job whose
+        crash was neither detected nor outlived by a completion; the engine passes None for jobs it closed
+        during the run, which never need it."""
+        if not attempts:
+            return
+        self.attempts += len(attempts)
+        first_done = None
+        for a in attempts:
+            done = a.finish_applied_at if a.finish_result == "accepted" else None
+            if done is not None and (first_done is None or done < first_done):
+                first_done = done
+        false = 0
+        for a in attempts:
+            if a.reclaimed_at is not None or a.failed_at is not None:
+                self.reclaims += 1
+                self.wasted_terms.append(a.work_done)
+                if a.false_reclaim:
+                    false += 1
+            if a.died_at is not None:
+                latency = a.detection_latency
+                if latency is not None:
+                    self.detection_latencies.append(latency)
+                    self.hostage_terms.append(latency)
+                elif first_done is not None:  # another run of the job completed it: held until then
+                    self.hostage_terms.append(max(0.0, first_done - a.died_at))
+                else:
+                    if end is None:
+                        raise ValueError(f"job {a.job} was held to the end of the run: pass the run's end")
+                    self.undetected += 1
+                    self.hostage_terms.append(end - a.died_at)
+            if a.finish_result not in (None, "accepted"):
+                self.finishes_rejected += 1
+            if a.outcome == DUPLICATE_COMPLETION:
+                self.duplicate_completions += 1
+            self.work_terms.append(a.work_done)
+        self.false_reclaims += false
+        self.max_false_reclaims_per_job = max(self.max_false_reclaims_per_job, false)
+        self.duplicate_executions += _overlapping_attempts(attempts)
+        if first_done is not None:
+            self.completed_jobs += 1
+            self._job_latency[int(attempts[0].job)] = first_done - arrival
+
+    def result(self, run: Run) -> RunSummary:
+        """The summary, with what the run itself knows (its settings, end, traffic)."""
+        latencies = self._job_latency
+        return RunSummary(
+            scenario=run.scenario,
+            policy=run.policy,
+            seed=run.seed,
+            replication=run.replication,
+            jobs=run.jobs,
+            end=run.end,
+            attempts=self.attempts,
+            completed_jobs=self.completed_jobs,
+            reclaims=self.reclaims,
+            false_reclaims=self.false_reclaims,
+            max_false_reclaims_per_job=self.max_false_reclaims_per_job,
+            detection_latencies=sorted(self.detection_latencies),
+            undetected=self.undetected,
+            hostage_time=math.fsum(self.hostage_terms),
+            duplicate_executions=self.duplicate_executions,
+            wasted_work=math.fsum(self.wasted_terms),
+            finishes_rejected=self.finishes_rejected,
+            duplicate_completions=self.duplicate_completions,
+            job_latencies=latencies[~np.isnan(latencies)].tolist(),
+            work_hours=math.fsum(self.work_terms) / 3600,
+            requests=run.total_requests,
+            redis_commands=run.redis_commands,
+        )
+
+
 def summarize(run: Run) -> RunSummary:
     """Per-run metrics from the records."""
-    attempts = run.attempts
-    false_by_job: dict[str, int] = {}
-    first_done: dict[str, float] = {}
-    for a in attempts:
-        if a.finish_result == "accepted" and a.finish_applied_at is not None:
-            t = first_done.get(a.job)
-            if t is None or a.finish_applied_at < t:
-                first_done[a.job] = a.finish_applied_at
-    reclaims = 0
-    latencies, undetected, hostage = [], 0, 0.0
-    for a in attempts:
-        if a.reclaimed_at is not None or a.failed_at is not None:
-            reclaims += 1
-            if a.false_reclaim:
-                false_by_job[a.job] = false_by_job.get(a.job, 0) + 1
-        if a.died_at is not None:
-            latency = a.detection_latency
-            if latency is not None:
-                latencies.append(latency)
-                hostage += latency
-                continue
-            done = first_done.get(a.job)
-            if done is not None:  # another run of the job completed it: held until then, not undetected
-                hostage += max(0.0, done - a.died_at)
-            else:
-                undetected += 1
-                hostage += run.end - a.died_at
-    job_latencies = [
-        t - run.arrivals[int(job)] for job, t in sorted(first_done.items(), key=lambda kv: int(kv[0]))
-    ]
-    return RunSummary(
-        scenario=run.scenario,
-        policy=run.policy,
-        seed=run.seed,
-        replication=run.replication,
-        jobs=run.jobs,
-        end=run.end,
-        attempts=len(attempts),
-        completed_jobs=len(first_done),
-        reclaims=reclaims,
-        false_reclaims=sum(false_by_job.values()),
-        max_false_reclaims_per_job=max(false_by_job.values(), default=0),
-        detection_latencies=latencies,
-        undetected=undetected,
-        hostage_time=hostage,
-        duplicate_executions=_overlapping_attempts(run),
-        wasted_work=sum(
-            a.work_done for a in attempts if a.reclaimed_at is not None or a.failed_at is not None
-        ),
-        finishes_rejected=sum(a.finish_result not in (None, "accepted") for a in attempts),
-        duplicate_completions=sum(a.outcome == DUPLICATE_COMPLETION for a in attempts),
-        job_latencies=job_latencies,
-        work_hours=sum(a.work_done for a in attempts) / 3600,
-        requests=run.total_requests,
-        redis_commands=run.redis_commands,
-    )
-
-
-def _overlapping_attempts(run: Run) -> int:
-    """Attempts that started while an earlier attempt of the same job was still being executed by a worker
-    that was not dead: the job ran twice at once."""
-    by_job: dict[str, list] = {}
+    by_job: dict[str, list[Attempt]] = {}
     for a in run.attempts:
         by_job.setdefault(a.job, []).append(a)
+    builder = SummaryBuilder(run.jobs)
+    for job, attempts in by_job.items():
+        builder.add_job(attempts, run.arrivals[int(job)], run.end)
+    return builder.result(run)
+
+
+def simulate_summary(
+    scenario: Scenario, policy: ReclaimPolicy, seed: int = 0, replication: int = 0
+) -> RunSummary:
+    """`summarize(simulate(...))` without keeping the records: each job is folded into the summary as soon as
+    it is final, so memory follows the jobs in flight (with `Scenario.remove_on_complete`, Redis's too).
+    The same summary as `summarize(simulate(scenario, policy, seed, replication))`, bit for bit."""
+    builder = SummaryBuilder(scenario.jobs)
+    run = Simulation(scenario, policy, seed, replication, job_sink=builder.add_job).run()
+    return builder.result(run)
+
+
+def _overlapping_attempts(attempts: Sequence[Attempt]) -> int:
+    """Attempts of one job that started while an earlier attempt was still being executed by a worker that
+    was not dead: the job ran twice at once. An earlier attempt with no recorded stop (still running at the
+    end, or reclaimed and then lost with its worker) counts as executing from its start on."""
+    if len(attempts) < 2:
+        return 0
     count = 0
-    for tries in by_job.values():
-        if len(tries) < 2:
+    for i, later in enumerate(attempts[1:], start=1):
+        if later.started_at is None:
             continue
-        for i, later in enumerate(tries[1:], start=1):
-            if later.started_at is None:
+        for earlier in attempts[:i]:
+            if earlier.started_at is None:
                 continue
-            for earlier in tries[:i]:
-                if earlier.started_at is None:
-                    continue
-                stop = earlier.finished_at
-                if stop is None:
-                    stop = earlier.died_at if earlier.died_at is not None else run.end
-                if earlier.started_at <= later.started_at < stop:
-                    count += 1
-                    break
+            stop = earlier.finished_at
+            if stop is None:
+                stop = earlier.died_at if earlier.died_at is not None else math.inf
+            if earlier.started_at <= later.started_at < stop:
+                count += 1
+                break
     return count
 
 

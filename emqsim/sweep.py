@@ -17,10 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from emqsim.engine import simulate
 from emqsim.policies import ReclaimPolicy
 from emqsim.scenario import Scenario
-from emqsim.stats import RunSummary, aggregate, paired_difference, summarize, write_atomically
+from emqsim.stats import RunSummary, aggregate, paired_difference, simulate_summary, write_atomically
 
 
 @dataclass
@@ -51,8 +50,9 @@ def _policy_state(policy: ReclaimPolicy) -> dict[str, str]:
 
 
 def run_batch(tasks: Sequence[tuple[int, Scenario, ReclaimPolicy, int, int]]) -> list[tuple[int, RunSummary]]:
-    """Run some (cell index, scenario, policy, seed, replication) tasks; module-level so pools can pickle it."""
-    return [(index, summarize(simulate(sc, pol, seed, rep))) for index, sc, pol, seed, rep in tasks]
+    """Run some (cell index, scenario, policy, seed, replication) tasks; module-level so pools can pickle it.
+    Runs stream (no records kept): the summaries are those of the full records, bit for bit."""
+    return [(index, simulate_summary(sc, pol, seed, rep)) for index, sc, pol, seed, rep in tasks]
 
 
 @dataclass

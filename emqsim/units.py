@@ -8,10 +8,19 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 
 def to_ms(seconds: float) -> int:
     """Seconds (float) to whole milliseconds, rounding half away from zero."""
     return int(math.floor(abs(seconds) * 1000 + 0.5)) * (1 if seconds >= 0 else -1)
+
+
+def to_ms_array(seconds: np.ndarray) -> np.ndarray:
+    """`to_ms` of every element (the same float operations, so the same integers), as int64."""
+    seconds = np.asarray(seconds, dtype=np.float64)
+    ms = np.floor(np.abs(seconds) * 1000 + 0.5).astype(np.int64)
+    return np.where(seconds >= 0, ms, -ms)
 
 
 def to_s(ms: int | None) -> float | None:

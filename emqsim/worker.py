@@ -166,7 +166,8 @@ class Worker(Client):
 
     # -- state changes -----------------------------------------------------------------------------------
     def _event(self, kind: str, detail: str = "") -> None:
-        self.sim.worker_events.append(WorkerEvent(self.env.now / 1000, self.wid, kind, detail))
+        if self.sim.keep_records:
+            self.sim.worker_events.append(WorkerEvent(self.env.now / 1000, self.wid, kind, detail))
 
     def freeze(self, duration_ms: int) -> Proc:
         if self.state != ALIVE:
@@ -203,12 +204,14 @@ class Worker(Client):
             if start is not None:
                 ran = int(self.env.now) - start[0] - (self.frozen_total() - start[1])
                 attempt.work_done = min(attempt.work, max(0, ran) / 1000)
-        self.sim.attempts_stopped(len(self.running))
+        stopped = list(self.running.values())
+        self.sim.attempts_stopped(len(stopped))
         self.running.clear()
         self.held.clear()
+        self.started_ms.clear()
         if self.resume_event is not None and not self.resume_event.triggered:
             self.resume_event.succeed()
-        self.sim.worker_crashed(self)
+        self.sim.worker_crashed(self, stopped)
 
     def frozen_total(self) -> int:
         ongoing = int(self.env.now) - self.frozen_since if self.frozen_since is not None else 0

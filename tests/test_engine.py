@@ -2,7 +2,10 @@
 
 import warnings
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from emqsim import (
     ConfigError,
@@ -245,3 +248,16 @@ def test_one_worker_can_hold_the_same_job_twice_stale_and_new():
     assert (
         second.started_at is not None and second.finish_result == "Lock mismatch for job 0"
     )  # a third holds it
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.floats(-1e7, 1e7, allow_nan=False) | st.sampled_from([0.0005, 0.0015, -0.0025, 2.5e-4]),
+        max_size=50,
+    )
+)
+def test_vectorised_to_ms_rounds_exactly_like_to_ms(values):
+    from emqsim.units import to_ms, to_ms_array
+
+    assert to_ms_array(np.array(values, dtype=float)).tolist() == [to_ms(v) for v in values]
