@@ -53,6 +53,11 @@ TARGETS = {
     "rss_1m_mb": 500.0,  # peak RSS of a 1,000,000-job run
 }
 MB = 1024 * 1024
+BIG_MODES: dict[str, dict[str, Any]] = {
+    "default": {},  # every record
+    "record_locks=False": {"record_locks": False},
+    "streaming": {"streaming": True},  # simulate_summary's job sink (no records) + remove_on_complete
+}
 REFERENCE_EVENTS = 476_316  # events of the standard workload at commit 56d4a19
 
 
@@ -410,11 +415,12 @@ def section_big(cfg: argparse.Namespace, report: Report) -> dict[str, Any]:
     """Peak RSS at a few sizes, a straight line through them, and its value at `--extrapolate-to` jobs."""
     sizes = sorted(set(cfg.big_jobs))
     target = cfg.extrapolate_to
-    modes = {
-        "default": {},
-        "record_locks=False": {"record_locks": False},
-        "streaming": {"streaming": True},  # simulate_summary + remove_on_complete
-    }
+    unknown = sorted(set(cfg.big_modes) - set(BIG_MODES))
+    if unknown:
+        raise SystemExit(
+            f"bench.py: unknown --big-modes {', '.join(unknown)}; choose from {', '.join(BIG_MODES)}"
+        )
+    modes = {mode: BIG_MODES[mode] for mode in cfg.big_modes}
     for option in cfg.sim_option:
         key, _, value = option.partition("=")
         modes[option] = {key: json.loads(value.lower() if value in ("True", "False") else value)}
@@ -568,6 +574,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=lambda s: [int(x) for x in s.split(",")],
         default=[10_000, 30_000, 100_000],
         help="sizes for the memory line (default 10000,30000,100000)",
+    )
+    p.add_argument(
+        "--big-modes",
+        type=lambda s: s.split(","),
+        default=list(BIG_MODES),
+        help=f"which runs the memory line measures (default {','.join(BIG_MODES)})",
     )
     p.add_argument("--extrapolate-to", type=int, default=1_000_000, help="(default 1,000,000 jobs)")
     p.add_argument(
