@@ -46,7 +46,9 @@ class Server:
         self.env = env
         self.policy = policy
         self.keys = keys
-        self.store = KeyStore(lambda: int(env.now), rng=store_rng, on_evict=self._on_evict)
+        self.store = KeyStore(
+            lambda: env.now, rng=store_rng, on_evict=self._on_evict
+        )  # integer ms throughout
         self.queue = Queue(self.store, keys, remove_on_complete=remove_on_complete)
         self.record_locks = record_locks
         self.streaming = streaming  # attempts kept per job until the engine closes the job, no other records

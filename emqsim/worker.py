@@ -68,7 +68,8 @@ class Client:
         return bool(self.loss_rng.random() < self._loss)
 
     def settle(self) -> Proc:
-        """Wait out a freeze; True if the client may go on, False if it died."""
+        """Wait out a freeze; True if the client may go on, False if it died. (Callers skip it while the
+        state is ALIVE: the hot loops then create no generator.)"""
         while self.state == FROZEN:
             yield self.resume_event
         return self.state != DEAD
@@ -82,7 +83,7 @@ class Client:
                 yield self.env.timeout(self._timeout_ms)
             else:
                 result = yield reply
-            if not (yield from self.settle()):
+            if self.state is not ALIVE and not (yield from self.settle()):
                 return None
             if not lost:
                 return result
@@ -102,7 +103,7 @@ class Client:
         reliable = self._loss <= 0 or not self._loss_all
         yield self.env.timeout(first_ms)
         while True:
-            if not (yield from self.settle()):
+            if self.state is not ALIVE and not (yield from self.settle()):
                 return
             if reliable:
                 rtt_ms = self._rtt_ms()
@@ -110,7 +111,7 @@ class Client:
                     yield self.env.timeout(rtt_ms)
                 else:
                     yield server.send(self, "sweep", sweep, rtt_ms, False)
-                if not (yield from self.settle()):
+                if self.state is not ALIVE and not (yield from self.settle()):
                     return
             else:
                 yield from self.request("sweep", sweep)
@@ -229,7 +230,7 @@ class Worker(Client):
         server = self.sim.server
         policy = self.sim.policy
         while True:
-            if not (yield from self.settle()):
+            if self.state is not ALIVE and not (yield from self.settle()):
                 return
             self.takes += 1
             token = f"{self.wid}:{self.takes}"
@@ -239,7 +240,7 @@ class Worker(Client):
                 yield self.env.timeout(self._timeout_ms)
                 continue
             job_id = yield reply
-            if not (yield from self.settle()):
+            if self.state is not ALIVE and not (yield from self.settle()):
                 return
             attempt = self.running[token]
             now = int(self.env.now)
@@ -254,7 +255,7 @@ class Worker(Client):
             while remaining > 0:
                 t0, f0 = int(self.env.now), self.frozen_total()
                 yield self.env.timeout(remaining)
-                if not (yield from self.settle()):
+                if self.state is not ALIVE and not (yield from self.settle()):
                     return
                 remaining -= (int(self.env.now) - t0) - (self.frozen_total() - f0)
             attempt.finished_at = self.env.now / 1000
@@ -273,7 +274,7 @@ class Worker(Client):
         yield self.env.timeout(first_ms)
         next_tick = int(self.env.now)
         while True:
-            if not (yield from self.settle()):
+            if self.state is not ALIVE and not (yield from self.settle()):
                 return
             now = int(self.env.now)
             due = [(h.job, token) for token, h in self.held.items() if rule.due(now, h.ts)]
@@ -305,7 +306,7 @@ class Worker(Client):
         server = self.sim.server
         while True:
             yield self.env.timeout(rule.tick_ms)
-            if not (yield from self.settle()):
+            if self.state is not ALIVE and not (yield from self.settle()):
                 return
             held = self.held.get(token)
             if held is None:
