@@ -267,8 +267,18 @@ def timed_cli(args: Sequence[str]) -> dict[str, Any]:
 
 
 # -- sections ------------------------------------------------------------------------------------------------
-def section_model(cfg: argparse.Namespace, report: Report) -> dict[str, Any]:
-    runs = [run_child("model", jobs=cfg.model_jobs, options={}, digest=(i == 0)) for i in range(cfg.repeat)]
+MODEL_MODES: dict[str, dict[str, Any]] = {
+    "records": {},  # simulate(): every record kept (what notebooks and `timeline` use)
+    "streaming": {"streaming": True},  # simulate_summary() with remove_on_complete (what sweeps run)
+}
+
+
+def section_model(cfg: argparse.Namespace, report: Report, mode: str = "records") -> dict[str, Any]:
+    options = MODEL_MODES[mode]
+    runs = [
+        run_child("model", jobs=cfg.model_jobs, options=options, digest=(i == 0 and not options))
+        for i in range(cfg.repeat)
+    ]
     first = runs[0]
     wall = _stats([r["wall_s"] for r in runs])
     cpu = _stats([r["cpu_s"] for r in runs])
@@ -293,7 +303,7 @@ def section_model(cfg: argparse.Namespace, report: Report) -> dict[str, Any]:
         "deterministic": len({r["events"] for r in runs}) == 1,
     }
     report.line(
-        f"model: {cfg.model_jobs:,} jobs, {events:,} events, wall min {wall['min']:.2f} s / median "
+        f"model ({mode}): {cfg.model_jobs:,} jobs, {events:,} events, wall min {wall['min']:.2f} s / median "
         f"{wall['median']:.2f} s (cpu min {cpu['min']:.2f} s) -> {res['events_per_s']:,.0f} events/s "
         f"({res['events_per_cpu_s']:,.0f}/cpu-s), {res['us_per_job']:.0f} us/job"
     )
@@ -305,7 +315,8 @@ def section_model(cfg: argparse.Namespace, report: Report) -> dict[str, Any]:
         f"       peak RSS {res['rss_peak_mb']:.0f} MB (after imports {res['rss_base_mb']:.0f} MB: the run "
         f"added {res['rss_peak_mb'] - res['rss_base_mb']:.0f} MB); records {res['records']}"
     )
-    report.line(f"       digest {res['digest']}")
+    if res["digest"]:
+        report.line(f"       digest {res['digest']}")
     return res
 
 
@@ -621,13 +632,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     results["config"] = {k: v for k, v in vars(cfg).items() if k not in ("json", "child", "child_args")}
 
     if "model" in sections or "bare" in sections:
-        model = section_model(cfg, report) if "model" in sections else None
-        if model is not None:
-            results["model"] = model
+        models = {}
+        if "model" in sections:
+            for mode in MODEL_MODES:
+                models[mode] = results[f"model_{mode}" if mode != "records" else "model"] = section_model(
+                    cfg, report, mode
+                )
         if "bare" in sections:
-            events = model["events"] if model else REFERENCE_EVENTS
+            events = models["records"]["events"] if models else REFERENCE_EVENTS
             results["bare"] = bare = section_bare(cfg, report, events)
-            if model is not None:
+            results["overhead_ratio"] = {}
+            for mode, model in models.items():
                 # time per event of the model over time per event of bare SimPy (minima of the repeats)
                 ratio = bare["events_per_s"] / model["events_per_s"]
                 ratio_cpu = bare["events_per_cpu_s"] / model["events_per_cpu_s"]
@@ -636,13 +651,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 same_work = model["wall_s"]["min"] / (
                     bare["wall_s"]["min"] / bare["events"] * REFERENCE_EVENTS
                 )
-                results["overhead_ratio"] = {
+                results["overhead_ratio"][mode] = {
                     "wall": ratio,
                     "cpu": ratio_cpu,
                     "vs_reference_events": same_work,
                 }
                 report.verdict(
-                    "model overhead per event <= 2.5x bare SimPy",
+                    f"model overhead per event <= 2.5x bare SimPy ({mode})",
                     ratio <= TARGETS["overhead_ratio"],
                     f"{ratio:.2f}x by wall (cpu {ratio_cpu:.2f}x): {model['events_per_s']:,.0f} vs "
                     f"{bare['events_per_s']:,.0f} events/s",

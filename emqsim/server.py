@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import simpy
@@ -46,9 +47,9 @@ class Server:
         self.env = env
         self.policy = policy
         self.keys = keys
-        self.store = KeyStore(
-            lambda: env.now, rng=store_rng, on_evict=self._on_evict
-        )  # integer ms throughout
+        # The store reads the clock once per command: `env._now` (what `env.now` returns) through C calls
+        # only, no Python frame; the simulation's time is integer ms throughout.
+        self.store = KeyStore(partial(getattr, env, "_now"), rng=store_rng, on_evict=self._on_evict)
         self.queue = Queue(self.store, keys, remove_on_complete=remove_on_complete)
         self.record_locks = record_locks
         self.streaming = streaming  # attempts kept per job until the engine closes the job, no other records
