@@ -14,7 +14,7 @@ from emqsim.records import Attempt, LockEvent, Run, SweepEvent, WorkerEvent
 from emqsim.scenario import STANDARD, Scenario, standard
 from emqsim.stats import RunSummary, simulate_summary, summarize
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "STANDARD",
