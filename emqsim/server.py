@@ -212,7 +212,6 @@ class Server:
             self._reclaimed(job_id, by, now, failed=False)
         for job_id in reply.failed:
             self._reclaimed(job_id, by, now, failed=True)
-        for job_id in reply.failed:
             self.settled += 1
             self.on_settle(job_id)
         if reply.reclaimed:

@@ -31,6 +31,7 @@ FREEZE = vb.Settings(lock_ms=2000, stalled_ms=2000)
 CRASHES = 16
 FREEZES = {1.4: 24, 2.4: 4}
 SAMPLES = 1500  # emqsim replications per latency comparison
+SKIP_RATE = 0.01  # the highest rate of skipped LockManager ticks measured before a fault
 
 
 def real(test: Any) -> Any:
@@ -100,11 +101,19 @@ def test_every_reclaim_happens_when_bullmqs_rules_say(session: dict[str, Any]) -
 @real
 def test_renewal_period_is_one_lock_manager_tick(session: dict[str, Any]) -> None:
     """BullMQ renews on every tick (lockRenewTime / 2 after the reply), as the preset's rule does with rtt > 0;
-    not every lockRenewTime."""
+    not every lockRenewTime (which would make every period two ticks long).
+
+    Its strict rule skips the odd tick (docs/bullmq-validation.md, "What differs" 1: up to 1% of the periods
+    before a fault in the measured runs). With ~30 periods a fixed 5% allowed one skip, and two skips at a 1%
+    rate come with probability 3.4%: a flaky check. The bound is the binomial's 99.9% quantile at 1% instead,
+    still far below the wrong model's n."""
+    from scipy.stats import binom
+
     renewal = session["crash"]["renewal"]
-    assert renewal["n"] >= CRASHES
+    n = renewal["n"]
+    assert n >= CRASHES
     assert abs(renewal["p50"] - renewal["model"]) <= 0.010
-    assert renewal["skipped_ticks"] <= 0.05 * renewal["n"]
+    assert renewal["skipped_ticks"] <= binom.ppf(0.999, n, SKIP_RATE), (renewal["skipped_ticks"], n)
 
 
 @real
