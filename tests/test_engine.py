@@ -261,3 +261,25 @@ def test_vectorised_to_ms_rounds_exactly_like_to_ms(values):
     from emqsim.units import to_ms, to_ms_array
 
     assert to_ms_array(np.array(values, dtype=float)).tolist() == [to_ms(v) for v in values]
+
+
+class LeaseWithoutShortcut(LeasePolicy):
+    """The same policy with every sweep sent over the network (no `sweep_refused` shortcut)."""
+
+    def sweep_refused(self, queue, arrival_ms):
+        return False
+
+
+@pytest.mark.parametrize("name", ["production", "frozen", "fast-dead"])
+def test_the_refused_sweep_shortcut_changes_nothing_but_the_event_count(name):
+    """Workers' sweeps turned away by the `stalled-check` rate limit are answered without network events; the
+    runs are bit-identical to sending every sweep (records, request and command counts)."""
+    scenario = standard(name, workers=8) if name == "production" else standard(name)
+    for replication in range(3):
+        short = Simulation(scenario, LeasePolicy(30, 10, 5), 5, replication)
+        full = Simulation(scenario, LeaseWithoutShortcut(30, 10, 5), 5, replication)
+        short_run, full_run = short.run(), full.run()
+        assert short_run.digest() == full_run.digest()
+        events, events_without = next(short.env._eid), next(full.env._eid)
+        # one sweeper alone is never rate-limited; eight are, most of the time
+        assert events < events_without if name == "production" else events <= events_without
