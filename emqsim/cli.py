@@ -250,6 +250,12 @@ def build_parser() -> Parser:
         "--rtt", type=distribution, help="network round trip in seconds, e.g. 0.002 or exp:0.005"
     )
     knobs.add_argument("--horizon", type=seconds, help="stop the run here (seconds)")
+    knobs.add_argument(
+        "--remove-on-complete",
+        action="store_true",
+        help="delete completed jobs from Redis (BullMQ's removeOnComplete): same results, Redis memory bounded "
+        "by the jobs in flight (for big --job-count)",
+    )
     p.add_argument("--replications", type=whole(1), default=1)
     add_run_flags(p)
 
@@ -410,6 +416,8 @@ def run_scenario(args: argparse.Namespace) -> Scenario:
             Freeze(job=0, after=_span_dist(args.freeze_after or (0.0, 0.0)), duration=args.freeze_for)
         )
     changes["faults"] = tuple(faults)
+    if getattr(args, "remove_on_complete", False):
+        changes["remove_on_complete"] = True
     if getattr(args, "loss", None) is not None or getattr(args, "rtt", None) is not None:
         net = scenario.network
         changes["network"] = Network(

@@ -97,6 +97,14 @@ def test_resume_cache_reuses_finished_cells(tmp_path, capsys):
     assert first == second
 
 
+def test_run_with_remove_on_complete_gives_the_same_row(capsys):
+    argv = ["run", "--scenario", "production", "--job-count", "60", "--replications", "2", "--json"]
+    code, kept, _ = run_cli(capsys, *argv)
+    assert code == 0
+    code, removed, _ = run_cli(capsys, *argv, "--remove-on-complete")
+    assert code == 0 and json.loads(removed) == json.loads(kept)
+
+
 def test_run_compare_presets_scenarios_timeline(capsys):
     code, out, _ = run_cli(
         capsys, "run", "--scenario", "frozen", "--freeze-after", "5", "--freeze-for", "40", "--json"
