@@ -47,6 +47,7 @@ class Attempt:
     worker_state_at_reclaim: WorkerState | None = None
     failed_at: float | None = None
     died_at: float | None = None  # its worker crashed while holding it
+    stopped_at: float | None = None  # its worker crashed while executing it (held, or already reclaimed)
     work_done: float = 0.0  # seconds of work the worker actually did on it
     outcome: str = RUNNING
 

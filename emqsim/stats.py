@@ -185,8 +185,8 @@ def simulate_summary(
 
 def _overlapping_attempts(attempts: Sequence[Attempt]) -> int:
     """Attempts of one job that started while an earlier attempt was still being executed by a worker that
-    was not dead: the job ran twice at once. An earlier attempt with no recorded stop (still running at the
-    end, or reclaimed and then lost with its worker) counts as executing from its start on."""
+    was not dead: the job ran twice at once. An earlier attempt executes from its start until its worker
+    finished it or crashed; one with neither (still running at the end) counts as executing from then on."""
     if len(attempts) < 2:
         return 0
     count = 0
@@ -198,7 +198,7 @@ def _overlapping_attempts(attempts: Sequence[Attempt]) -> int:
                 continue
             stop = earlier.finished_at
             if stop is None:
-                stop = earlier.died_at if earlier.died_at is not None else math.inf
+                stop = earlier.stopped_at if earlier.stopped_at is not None else math.inf
             if earlier.started_at <= later.started_at < stop:
                 count += 1
                 break

@@ -193,6 +193,8 @@ class Worker(Client):
         now = self.env.now / 1000
         self._event("crash")
         for token, attempt in self.running.items():
+            if attempt.started_at is not None and attempt.finished_at is None:
+                attempt.stopped_at = now  # its execution ends here, whether or not the job is still its own
             # A dead worker holds this job hostage only if the job is still its own (not reclaimed already).
             if (
                 attempt.died_at is None

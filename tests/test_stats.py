@@ -68,6 +68,33 @@ def test_summarize_slow_alive_timeout_counts_the_duplicates():
     assert s.wasted_work == pytest.approx(900.0)
 
 
+def test_a_run_stopped_by_its_workers_crash_is_not_a_duplicate_of_a_later_one():
+    """Job 0's first run is reclaimed from its live worker at ~30 s and keeps running until that worker
+    crashes at 40 s; the second run starts at ~45 s (a restarted worker), after the first had stopped: not a
+    duplicate execution. Every later run starts while the one before it still runs (100 s of work, reclaimed
+    after 30): each of those is."""
+    from emqsim import Crash, Fixed, Scenario
+
+    scenario = Scenario(
+        workers=2,
+        concurrency=1,
+        jobs=2,
+        duration=Fixed(100),
+        faults=(Crash(worker=0, at=40, restart_after=5),),
+        horizon=600,
+        phases="aligned",
+    )
+    run = simulate(scenario, TimeoutPolicy(30, 1), seed=0)
+    job0 = [a for a in run.attempts if a.job == "0"]
+    first, second = job0[:2]
+    assert first.reclaimed_at < 40 and first.died_at is None and first.stopped_at == 40.0
+    assert first.work_done == pytest.approx(40.0 - first.started_at)
+    assert second.started_at > 40
+    later = job0[2:]
+    assert all(a.started_at < b.finished_at for b, a in zip(job0[1:], later, strict=False) if b.finished_at)
+    assert summarize(run).duplicate_executions == len(later)
+
+
 def test_aggregate_row_has_the_contract_fields_in_seconds():
     row = aggregate(runs(TimeoutPolicy(600, 5)))
     assert row["policy"] == "timeout" and row["timeout"] == 600 and row["lease"] is None

@@ -857,7 +857,9 @@ class LiveRun:
             if a.finished_at is not None:
                 a.work_done = a.work
             elif a.started_at is not None:
-                stop = death if a.died_at is not None else end
+                if death is not None and taken_real <= death:  # stopped with its process, reclaimed or not
+                    a.stopped_at = s(death)
+                stop = death if a.stopped_at is not None else end
                 a.work_done = min(a.work, self._worked(proc, self.t0 + a.started_at * self.scale, stop))
         for a in attempts:
             a.outcome = _outcome(a)
