@@ -65,9 +65,9 @@ class Queue:
     # -- producers ---------------------------------------------------------------------------------------
     def add(self, job_id: str) -> None:
         """Add a new job: its hash and its id on the left of `wait`."""
-        x = self.store
-        x.hset(self.keys.job(job_id), "ats", "0", "stc", "0")
-        x.lpush(self.keys.wait, job_id)
+        store = self.store
+        store.hset(self.keys.job(job_id), "ats", "0", "stc", "0")
+        store.lpush(self.keys.wait, job_id)
 
     # -- workers -----------------------------------------------------------------------------------------
     def take(self, token: str, now_ms: int, lock_ms: int | None, set_lock: bool = True) -> str | None:
@@ -75,18 +75,18 @@ class Queue:
 
         `lock_ms` None with `set_lock` sets a lock without expiry (a fencing token only, for fenced timeouts).
         """
-        x = self.store
-        job_id = x.lmove(self.keys.wait, self.keys.active, from_left=False, to_left=True)
+        store = self.store
+        job_id = store.lmove(self.keys.wait, self.keys.active, from_left=False, to_left=True)
         if job_id is None:
             return None
         if set_lock:
             if lock_ms is None:
-                x.set(self.keys.lock(job_id), token)
+                store.set(self.keys.lock(job_id), token)
             else:
-                x.set(self.keys.lock(job_id), token, px=lock_ms)
+                store.set(self.keys.lock(job_id), token, px=lock_ms)
         job_key = self.keys.job(job_id)
-        x.hincrby(job_key, "ats", 1)
-        x.hset(job_key, "processedOn", str(now_ms))
+        store.hincrby(job_key, "ats", 1)
+        store.hset(job_key, "processedOn", str(now_ms))
         return job_id
 
     def extend_locks(
@@ -97,14 +97,14 @@ class Queue:
         With `recreate_missing` a missing lock is set again (a renewal without the token check's first half):
         the variant the theory notes contrast with BullMQ's, which never re-takes a lapsed lock.
         """
-        x = self.store
+        store = self.store
         failed = []
         for job_id, token in held:
             lock_key = self.keys.lock(job_id)
-            current = x.get(lock_key)
+            current = store.get(lock_key)
             if current == token or (recreate_missing and current is None):
-                x.set(lock_key, token, px=lock_ms)
-                x.srem(self.keys.stalled, job_id)
+                store.set(lock_key, token, px=lock_ms)
+                store.srem(self.keys.stalled, job_id)
             else:
                 failed.append(job_id)
         return failed
@@ -112,17 +112,17 @@ class Queue:
     def finish(self, job_id: str, token: str, check_token: bool) -> FinishReply:
         """moveToFinished: with `check_token`, a missing or foreign lock rejects the completion. A completed
         job's id goes to `completed`, or with `remove_on_complete` its hash is deleted instead."""
-        x = self.store
+        store = self.store
         lock_key = self.keys.lock(job_id)
         if check_token:
-            current = x.get(lock_key)
+            current = store.get(lock_key)
             if current is None:
                 return FinishReply(job_id, MISSING_LOCK, was_active=False)
             if current != token:
                 return FinishReply(job_id, LOCK_MISMATCH, was_active=False)
-            x.delete(lock_key)
-            x.srem(self.keys.stalled, job_id)
-        removed = x.lrem(self.keys.active, -1, job_id)
+            store.delete(lock_key)
+            store.srem(self.keys.stalled, job_id)
+        removed = store.lrem(self.keys.active, -1, job_id)
         if removed == 0:
             if check_token:
                 return FinishReply(job_id, NOT_IN_ACTIVE, was_active=False)
@@ -130,41 +130,41 @@ class Queue:
             # reclaimed, and is waiting, running again or done), so the queue's structures are left alone.
             return FinishReply(job_id, 0, was_active=False)
         if self.remove_on_complete:
-            x.delete(self.keys.job(job_id))
+            store.delete(self.keys.job(job_id))
         else:
-            x.sadd(self.keys.completed, job_id)
+            store.sadd(self.keys.completed, job_id)
         return FinishReply(job_id, 0, was_active=True)
 
     # -- recovery ----------------------------------------------------------------------------------------
     def _requeue(self, job_id: str, max_stalled: int | None) -> bool:
         """Count a stall; back to `wait` (True) or to `failed` past `max_stalled` (False)."""
-        x = self.store
-        stalled_count = x.hincrby(self.keys.job(job_id), "stc", 1)
+        store = self.store
+        stalled_count = store.hincrby(self.keys.job(job_id), "stc", 1)
         if max_stalled is not None and stalled_count > max_stalled:
-            x.sadd(self.keys.failed, job_id)
+            store.sadd(self.keys.failed, job_id)
             return False
-        x.rpush(self.keys.wait, job_id)
+        store.rpush(self.keys.wait, job_id)
         return True
 
     def sweep_two_phase(self, now_ms: int, interval_ms: int, max_stalled: int | None) -> SweepReply:
         """moveStalledJobsToWait: rate-limited by `stalled-check`; move marked jobs whose lock is gone, then
         mark every active job. A job is recovered only if it was active at the previous check, no renewal
         unmarked it since, and its lock is gone now."""
-        x = self.store
+        store = self.store
         k = self.keys
-        if x.exists(k.stalled_check):
+        if store.exists(k.stalled_check):
             return SweepReply(skipped=True)
-        x.set(k.stalled_check, str(now_ms), px=interval_ms)
+        store.set(k.stalled_check, str(now_ms), px=interval_ms)
         reclaimed, failed = [], []
-        stalling = x.smembers(k.stalled)
+        stalling = store.smembers(k.stalled)
         if stalling:
-            x.delete(k.stalled)
+            store.delete(k.stalled)
             for job_id in stalling:
-                if not x.exists(k.lock(job_id)) and x.lrem(k.active, 1, job_id) > 0:
+                if not store.exists(k.lock(job_id)) and store.lrem(k.active, 1, job_id) > 0:
                     (reclaimed if self._requeue(job_id, max_stalled) else failed).append(job_id)
-        active = x.lrange(k.active, 0, -1)
+        active = store.lrange(k.active, 0, -1)
         if active:
-            x.sadd(k.stalled, *active)
+            store.sadd(k.stalled, *active)
         return SweepReply(False, tuple(reclaimed), tuple(failed), tuple(active))
 
     def sweep_rate_limited(self, arrival_ms: int) -> bool:
@@ -176,44 +176,44 @@ class Queue:
 
     def sweep_single_phase(self, now_ms: int, interval_ms: int, max_stalled: int | None) -> SweepReply:
         """One-pass variant: every active job whose lock is gone is moved at once (no marking round)."""
-        x = self.store
+        store = self.store
         k = self.keys
-        if x.exists(k.stalled_check):
+        if store.exists(k.stalled_check):
             return SweepReply(skipped=True)
-        x.set(k.stalled_check, str(now_ms), px=interval_ms)
+        store.set(k.stalled_check, str(now_ms), px=interval_ms)
         reclaimed, failed = [], []
-        for job_id in x.lrange(k.active, 0, -1):
-            if not x.exists(k.lock(job_id)) and x.lrem(k.active, 1, job_id) > 0:
+        for job_id in store.lrange(k.active, 0, -1):
+            if not store.exists(k.lock(job_id)) and store.lrem(k.active, 1, job_id) > 0:
                 (reclaimed if self._requeue(job_id, max_stalled) else failed).append(job_id)
         return SweepReply(False, tuple(reclaimed), tuple(failed))
 
     def reap(self, now_ms: int, timeout_ms: int, max_stalled: int | None = None) -> SweepReply:
         """The timeout reaper: any active job whose age `now - processedOn` is strictly over the timeout goes
         back to `wait` (its fencing lock, if any, is deleted so the old holder's finish is rejected)."""
-        x = self.store
+        store = self.store
         k = self.keys
         reclaimed, failed = [], []
-        for job_id in x.lrange(k.active, 0, -1):
-            started = x.hget(k.job(job_id), "processedOn")
-            if started is not None and now_ms - int(started) > timeout_ms and x.lrem(k.active, 1, job_id):
-                x.delete(k.lock(job_id))
+        for job_id in store.lrange(k.active, 0, -1):
+            started = store.hget(k.job(job_id), "processedOn")
+            if started is not None and now_ms - int(started) > timeout_ms and store.lrem(k.active, 1, job_id):
+                store.delete(k.lock(job_id))
                 (reclaimed if self._requeue(job_id, max_stalled) else failed).append(job_id)
         return SweepReply(False, tuple(reclaimed), tuple(failed))
 
     # -- inspection --------------------------------------------------------------------------------------
     def state_of(self, job_id: str) -> list[str]:
         """Which structures hold the job (for invariant checks); a healthy queue gives exactly one."""
-        x = self.store
+        store = self.store
         k = self.keys
         where = []
-        if job_id in x.lrange(k.wait, 0, -1):
+        if job_id in store.lrange(k.wait, 0, -1):
             where.append("wait")
-        if job_id in x.lrange(k.active, 0, -1):
+        if job_id in store.lrange(k.active, 0, -1):
             where.append("active")
-        if x.execute("SISMEMBER", k.completed, job_id) or (
-            self.remove_on_complete and not x.execute("EXISTS", k.job(job_id))
+        if store.execute("SISMEMBER", k.completed, job_id) or (
+            self.remove_on_complete and not store.execute("EXISTS", k.job(job_id))
         ):
             where.append("completed")  # with remove_on_complete, a job whose hash is gone was completed
-        if x.execute("SISMEMBER", k.failed, job_id):
+        if store.execute("SISMEMBER", k.failed, job_id):
             where.append("failed")
         return where
