@@ -268,8 +268,8 @@ def timed_cli(args: Sequence[str]) -> dict[str, Any]:
 
 # -- sections ------------------------------------------------------------------------------------------------
 MODEL_MODES: dict[str, dict[str, Any]] = {
-    "records": {},  # simulate(): every record kept (what notebooks and `timeline` use)
-    "streaming": {"streaming": True},  # simulate_summary() with remove_on_complete (what sweeps run)
+    "records": BIG_MODES["default"],  # simulate(): every record kept (what notebooks and `timeline` use)
+    "streaming": BIG_MODES["streaming"],  # what sweeps run
 }
 
 
@@ -426,11 +426,6 @@ def section_big(cfg: argparse.Namespace, report: Report) -> dict[str, Any]:
     """Peak RSS at a few sizes, a straight line through them, and its value at `--extrapolate-to` jobs."""
     sizes = sorted(set(cfg.big_jobs))
     target = cfg.extrapolate_to
-    unknown = sorted(set(cfg.big_modes) - set(BIG_MODES))
-    if unknown:
-        raise SystemExit(
-            f"bench.py: unknown --big-modes {', '.join(unknown)}; choose from {', '.join(BIG_MODES)}"
-        )
     modes = {mode: BIG_MODES[mode] for mode in cfg.big_modes}
     for option in cfg.sim_option:
         key, _, value = option.partition("=")
@@ -617,6 +612,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg.big_jobs = [1000, 2000]
         cfg.extrapolate_to = 10_000
         cfg.breakdown_replications = 1
+    unknown_modes = sorted(set(cfg.big_modes) - set(BIG_MODES))
+    if unknown_modes:
+        p.error(f"unknown --big-modes {', '.join(unknown_modes)}; choose from {', '.join(BIG_MODES)}")
     sections = [s.strip() for s in cfg.only.split(",")] if cfg.only else list(SECTIONS)
     unknown = set(sections) - set(SECTIONS) - {"breakdown"}
     if unknown:
