@@ -162,11 +162,7 @@ class Simulation:
             a.died_at is not None and a.detection_latency is None for a in attempts
         ):
             return
-        for a in attempts:
-            if a.finished_at is not None:
-                a.work_done = a.work
-            a.outcome = _outcome(a)
-        _mark_duplicates(attempts)
+        _finalise(attempts)
         self._settled_open.discard(job_id)
         server = self.server
         del server.job_attempts[job_id]
@@ -338,15 +334,11 @@ class Simulation:
             for attempt in worker.running.values():
                 if attempt.started_at is not None:
                     attempt.work_done = min(attempt.work, _ran_for(worker, attempt, end_ms))
-        open_jobs = list(server.job_attempts.values()) if self.job_sink is not None else [server.attempts]
-        for attempts in open_jobs:
-            for attempt in attempts:
-                if attempt.finished_at is not None:
-                    attempt.work_done = attempt.work
-                attempt.outcome = _outcome(attempt)
-            _mark_duplicates(attempts)
-        if self.job_sink is not None:
+        if self.job_sink is None:
+            _finalise(server.attempts)
+        else:
             for job_id, attempts in server.job_attempts.items():
+                _finalise(attempts)
                 self.job_sink(attempts, self._arrival_of[job_id], end_ms / 1000)
         redis_commands = server.store.commands_executed
         keys = server.keys
@@ -398,6 +390,15 @@ def _outcome(a: Attempt) -> str:
     if a.reclaimed_at is not None:
         return RECLAIMED
     return HELD if a.died_at is not None else RUNNING
+
+
+def _finalise(attempts: list[Attempt]) -> None:
+    """Final fields of attempts nothing will change any more: a finished run did all its work; outcomes."""
+    for a in attempts:
+        if a.finished_at is not None:
+            a.work_done = a.work
+        a.outcome = _outcome(a)
+    _mark_duplicates(attempts)
 
 
 def _mark_duplicates(attempts: list[Attempt]) -> None:
