@@ -10,13 +10,14 @@ from emqsim.engine import Simulation, simulate
 from emqsim.errors import ConfigError
 from emqsim.faults import Crash, Freeze, Network, RandomFaults
 from emqsim.policies import LeasePolicy, LeaseWarning, ReclaimPolicy, RenewalRule, TimeoutPolicy
-from emqsim.records import Attempt, LockEvent, Run, SweepEvent, WorkerEvent
+from emqsim.records import RESULTS_SCHEMA, Attempt, LockEvent, Run, SweepEvent, WorkerEvent
 from emqsim.scenario import STANDARD, Scenario, standard
 from emqsim.stats import RunSummary, simulate_summary, summarize
 
 __version__ = "0.2.0"
 
 __all__ = [
+    "RESULTS_SCHEMA",
     "STANDARD",
     "Attempt",
     "ConfigError",

@@ -12,6 +12,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+# Bumped by every change that alters any simulated result (a fix, a model change). The golden files in
+# tests/golden/ pin the results of each schema, and the sweep cache keys on it, so a stale cache can never
+# serve numbers an older model produced.
+RESULTS_SCHEMA = 1
+
 WorkerState = Literal["alive", "frozen", "dead"]
 
 # Outcomes of one attempt (one take of a job by a worker).
