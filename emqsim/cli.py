@@ -23,7 +23,8 @@ from emqsim.faults import Crash, Freeze, Network
 from emqsim.policies import LeasePolicy, LeaseWarning, ReclaimPolicy, TimeoutPolicy
 from emqsim.presets import PRESETS, presets_table
 from emqsim.scenario import STANDARD, Scenario, standard
-from emqsim.stats import to_csv, to_json, write_atomically
+from emqsim.fileio import write_atomically
+from emqsim.stats import to_csv, to_json
 
 DEFAULT_TIMEOUTS = (30.0, 120.0, 600.0, 1200.0)
 DEFAULT_SCENARIOS = ("slow-alive", "fast-dead", "frozen", "flaky-network", "production")

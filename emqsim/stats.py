@@ -15,8 +15,6 @@ import csv
 import io
 import json
 import math
-import os
-import tempfile
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -25,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from emqsim.engine import Simulation
+from emqsim.fileio import write_atomically  # noqa: F401  (re-exported: older imports keep working)
 from emqsim.policies import ReclaimPolicy
 from emqsim.records import DUPLICATE_COMPLETION, Attempt, Run
 from emqsim.scenario import Scenario
@@ -403,21 +402,6 @@ def to_csv(rows: Sequence[dict[str, Any]]) -> str:
 
 def to_json(rows: Sequence[dict[str, Any]], **header: Any) -> str:
     return json.dumps({**header, "rows": list(rows)}, indent=2, allow_nan=False) + "\n"
-
-
-def write_atomically(path: str | os.PathLike, text: str) -> None:
-    """Write to a temporary file beside `path`, then rename: a crash never leaves half a file."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".emqsim-", dir=folder)
-    try:
-        with os.fdopen(fd, "w", newline="") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def summary_dict(s: RunSummary) -> dict[str, Any]:

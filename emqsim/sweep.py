@@ -3,23 +3,40 @@
 Seeds derive from (seed, replication) only, never from the policy or execution order: every policy sees the
 same workload and faults in replication r (common random numbers), and serial, process-pool and Dask runs
 give identical rows.
+
+The resume cache cannot serve wrong numbers: an entry's name is a digest of everything that determines the
+cell's results (scenario, policy, seed, replications, `RESULTS_SCHEMA`), and the entry itself holds that
+identity in full and is checked against it, field by field and type by type, before it is used. Anything
+else (unreadable, damaged, another cell's, a folder) is recomputed with a one-line notice.
+
+Ctrl-C (KeyboardInterrupt) ends a sweep promptly: pool workers ignore SIGINT and are killed, not waited for;
+cells that finished, including ones whose results arrived while stopping, are kept; a second Ctrl-C while
+stopping is noted and does not cut the cleanup short.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import json
 import os
+import signal
 import sys
-from collections.abc import Callable, Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from emqsim.fileio import write_atomically
 from emqsim.policies import ReclaimPolicy
+from emqsim.records import RESULTS_SCHEMA
 from emqsim.scenario import Scenario
-from emqsim.stats import RunSummary, aggregate, paired_difference, simulate_summary, write_atomically
+from emqsim.stats import RunSummary, aggregate, paired_difference, simulate_summary
+
+CACHE_FORMAT = 2  # the layout of a cache entry (identity + summaries)
 
 
 @dataclass
@@ -30,23 +47,38 @@ class Cell:
     policy: ReclaimPolicy
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def key(self, seed: int, replications: int, version: str) -> str:
-        """A digest of everything that determines this cell's results (for the resume cache)."""
-        text = json.dumps(
-            {
-                "scenario": repr(self.scenario),
-                "policy": [type(self.policy).__qualname__, _policy_state(self.policy)],
-                "seed": seed,
-                "replications": replications,
-                "version": version,
-            },
-            sort_keys=True,
-        )
+    def identity(
+        self, seed: int, replications: int, version: str, schema: int = RESULTS_SCHEMA
+    ) -> dict[str, Any]:
+        """Everything that determines this cell's results, as plain JSON data (stored in its cache entry)."""
+        return {
+            "scenario": repr(self.scenario),
+            "policy": [type(self.policy).__qualname__, _policy_state(self.policy)],
+            "seed": seed,
+            "replications": replications,
+            "results_schema": schema,
+            "version": version,
+        }
+
+    def key(self, seed: int, replications: int, version: str, schema: int = RESULTS_SCHEMA) -> str:
+        """A digest of `identity` (the cache entry's file name)."""
+        text = json.dumps(self.identity(seed, replications, version, schema), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def _policy_state(policy: ReclaimPolicy) -> dict[str, str]:
     return {k: repr(v) for k, v in sorted(vars(policy).items())}
+
+
+def _worker_init() -> None:
+    """Pool workers ignore Ctrl-C (the parent decides what happens) and die with the parent (Linux)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(Exception):
+        import ctypes
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 def run_batch(tasks: Sequence[tuple[int, Scenario, ReclaimPolicy, int, int]]) -> list[tuple[int, RunSummary]]:
@@ -78,6 +110,7 @@ def run_sweep(
     cache_dir: str | os.PathLike | None = None,
     version: str | None = None,
     on_interrupt: Callable[[int, int], None] | None = None,
+    on_notice: Callable[[str], None] | None = None,
 ) -> SweepResult:
     """Run every cell `replications` times and aggregate each into a row.
 
@@ -85,10 +118,13 @@ def run_sweep(
     executor  any concurrent.futures-style executor (e.g. a Dask `Client.get_executor()`)
     progress  a tqdm bar on stderr (default: only when stderr is a terminal)
     cache_dir finished cells are stored here and reused when the same cell is asked for again
+    on_interrupt  called with (finished cells, cells) after a Ctrl-C
+    on_notice     receives one-line notices (a cache entry recomputed or not stored); default: stderr
     """
     from emqsim import __version__
 
     version = version or __version__
+    notice = on_notice or _print_notice
     if replications < 1:
         raise ValueError("replications must be >= 1")
     cache = Path(cache_dir) if cache_dir is not None else None
@@ -96,9 +132,9 @@ def run_sweep(
     cached = 0
     todo: list[tuple[int, Scenario, ReclaimPolicy, int, int]] = []
     for index, cell in enumerate(cells):
-        hit = _load(cache, cell.key(seed, replications, version)) if cache else None
-        if hit is not None and [s.replication for s in hit] == list(range(replications)):
-            per_cell[index] = hit
+        hit = _load(cache, cell, seed, replications, version, notice) if cache else None
+        if hit is not None:
+            per_cell[index] = hit  # type: ignore[assignment]
             cached += 1
             continue
         todo.extend((index, cell.scenario, cell.policy, seed, rep) for rep in range(replications))
@@ -112,10 +148,12 @@ def run_sweep(
             per_cell[index][summary.replication] = summary
             remaining[index] -= 1
             if remaining[index] == 0 and cache is not None:
-                _store(cache, cells[index].key(seed, replications, version), per_cell[index])
+                _store(cache, cells[index], seed, replications, version, per_cell[index], notice)
             bar.update(1)
 
-    own_pool = None
+    own_pool: ProcessPoolExecutor | None = None
+    futures: list[Future] = []
+    absorbed: set[int] = set()
     try:
         workers = jobs if jobs is not None else (os.cpu_count() or 1)
         if executor is None and (workers <= 1 or len(todo) <= 1):
@@ -123,18 +161,26 @@ def run_sweep(
                 absorb(run_batch([task]))
         else:
             if executor is None:
-                own_pool = executor = ProcessPoolExecutor(max_workers=workers)
+                own_pool = executor = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init)
             batches = _batches(todo, parts=64 * max(1, workers))
-            futures: list[Future] = [executor.submit(run_batch, b) for b in batches]
+            futures = [executor.submit(run_batch, b) for b in batches]
             for future in as_completed(futures):
+                absorbed.add(id(future))
                 absorb(future.result())
     except KeyboardInterrupt:
         complete = False
-        if own_pool is not None:
-            own_pool.shutdown(wait=False, cancel_futures=True)
-            own_pool = None
-        if on_interrupt is not None:
-            on_interrupt(sum(r == 0 for r in remaining), len(cells))
+        with _signals_deferred():
+            for future in futures:  # results that arrived while stopping still count
+                if id(future) not in absorbed and future.done() and not future.cancelled():
+                    with contextlib.suppress(BaseException):
+                        absorb(future.result(timeout=0))
+            for future in futures:
+                future.cancel()
+            if own_pool is not None:
+                _kill_pool(own_pool)
+                own_pool = None
+            if on_interrupt is not None:
+                on_interrupt(sum(r == 0 for r in remaining), len(cells))
     finally:
         bar.close()
         if own_pool is not None:
@@ -150,6 +196,36 @@ def run_sweep(
     return SweepResult(rows=rows, summaries=kept, complete=complete, cached_cells=cached)
 
 
+def _print_notice(text: str) -> None:
+    print(f"emqsim: note: {text}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """While stopping after a Ctrl-C: a further SIGINT is ignored (the cleanup is bounded, a few seconds),
+    so a second Ctrl-C cannot cut it short and lose the finished cells. Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _kill_pool(pool: ProcessPoolExecutor) -> None:
+    """Stop a process pool now: kill its workers (their work is being thrown away) and reap them."""
+    handles = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in handles:
+        with contextlib.suppress(Exception):
+            proc.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in handles:
+        with contextlib.suppress(Exception):
+            proc.join(timeout=2)
+
+
 def _batches(todo: list, parts: int) -> list[list]:
     size = max(1, -(-len(todo) // parts))
     return [todo[i : i + size] for i in range(0, len(todo), size)]
@@ -163,17 +239,82 @@ def _progress_bar(total: int, enabled: bool | None):
     return tqdm(total=total, disable=not enabled, unit="run", file=sys.stderr, desc="simulating", leave=False)
 
 
-def _load(cache: Path, key: str) -> list[RunSummary] | None:
-    path = cache / f"{key}.json"
-    if not path.exists():
-        return None
+def _load(
+    cache: Path,
+    cell: Cell,
+    seed: int,
+    replications: int,
+    version: str,
+    notice: Callable[[str], None],
+) -> list[RunSummary] | None:
+    """The cell's cached summaries, or None (missing, or unusable: then recomputed with a notice)."""
+    path = cache / f"{cell.key(seed, replications, version)}.json"
     try:
-        data = json.loads(path.read_text())
-        return [RunSummary(**item) for item in data]
-    except (ValueError, TypeError):
-        return None  # a damaged entry is recomputed
+        if not path.exists() and not path.is_symlink():
+            return None
+        if not path.is_file():
+            raise _BadEntry("not a regular file")
+        data = json.loads(path.read_bytes().decode("utf-8"))
+        if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT:
+            raise _BadEntry("an old or unknown layout")
+        if data.get("identity") != cell.identity(seed, replications, version):
+            raise _BadEntry("it belongs to another cell")
+        items = data.get("summaries")
+        if not isinstance(items, list) or len(items) != replications:
+            raise _BadEntry(f"it does not hold {replications} runs")
+        summaries = [_summary(item) for item in items]
+        for rep, summary in enumerate(summaries):
+            if (summary.replication, summary.seed, summary.scenario) != (rep, seed, cell.scenario.name):
+                raise _BadEntry(f"run {rep} is another cell's or replication's")
+        return summaries
+    except (_BadEntry, OSError, ValueError, RecursionError) as exc:
+        reason = str(exc) if isinstance(exc, _BadEntry) else f"unreadable: {type(exc).__name__}"
+        notice(f"cache entry {path} is not usable ({reason}); recomputing that cell")
+        return None
 
 
-def _store(cache: Path, key: str, summaries: Sequence[RunSummary | None]) -> None:
-    cache.mkdir(parents=True, exist_ok=True)
-    write_atomically(cache / f"{key}.json", json.dumps([asdict(s) for s in summaries], allow_nan=False))
+class _BadEntry(Exception):
+    pass
+
+
+_SUMMARY_FIELDS = {f.name: f for f in dataclasses.fields(RunSummary)}
+
+
+def _summary(item: Any) -> RunSummary:
+    """A RunSummary from its JSON form, with every field present and of its declared type."""
+    if not isinstance(item, dict) or set(item) != set(_SUMMARY_FIELDS):
+        raise _BadEntry("a run has missing or extra fields")
+    for name, value in item.items():
+        kind = str(_SUMMARY_FIELDS[name].type)
+        ok = {
+            "str": lambda v: isinstance(v, str),
+            "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+            "float": lambda v: isinstance(v, float),
+            "list[float]": lambda v: isinstance(v, list) and all(isinstance(x, float) for x in v),
+            "dict[str, Any]": lambda v: isinstance(v, dict),
+        }.get(kind, lambda v: False)(value)
+        if not ok:
+            raise _BadEntry(f"field {name} has the wrong type")
+    return RunSummary(**item)
+
+
+def _store(
+    cache: Path,
+    cell: Cell,
+    seed: int,
+    replications: int,
+    version: str,
+    summaries: Sequence[RunSummary | None],
+    notice: Callable[[str], None],
+) -> None:
+    entry = {
+        "format": CACHE_FORMAT,
+        "identity": cell.identity(seed, replications, version),
+        "summaries": [asdict(s) for s in summaries],  # type: ignore[arg-type]
+    }
+    path = cache / f"{cell.key(seed, replications, version)}.json"
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, json.dumps(entry, allow_nan=False))
+    except (OSError, ValueError) as exc:
+        notice(f"could not store cache entry {path} ({type(exc).__name__}: {exc}); the cell is not cached")

@@ -185,10 +185,110 @@ def test_short_cache_entry_is_recomputed(tmp_path: Path, serial: SweepResult) ->
     cells = small_cells()[:1]
     sweep(cells, cache_dir=tmp_path)
     path = tmp_path / f"{cells[0].key(0, REPS, _version())}.json"
-    path.write_text(json.dumps(json.loads(path.read_text())[:1]))  # valid JSON, one summary of three
+    entry = json.loads(path.read_text())
+    entry["summaries"] = entry["summaries"][:1]  # valid JSON, one summary of three
+    path.write_text(json.dumps(entry))
     result = sweep(cells, cache_dir=tmp_path)
     assert result.cached_cells == 0
     assert result.rows == serial.rows[:1]
+
+
+def test_cache_key_changes_with_the_results_schema() -> None:
+    """A result-changing commit bumps RESULTS_SCHEMA (tests/test_golden.py refuses changed digests under an
+    unchanged schema), and every cache entry written before it stops matching."""
+    from emqsim import RESULTS_SCHEMA
+
+    cell = Cell(standard("fast-dead"), LeasePolicy(30, 10, 5))
+    assert cell.key(0, REPS, "1.0") == cell.key(0, REPS, "1.0", RESULTS_SCHEMA)
+    assert cell.key(0, REPS, "1.0", RESULTS_SCHEMA + 1) != cell.key(0, REPS, "1.0")
+    assert cell.identity(0, REPS, "1.0")["results_schema"] == RESULTS_SCHEMA
+
+
+def test_a_cache_written_under_an_older_schema_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from emqsim import RESULTS_SCHEMA
+
+    cells = small_cells()[:1]
+    monkeypatch.setattr(sweep_module, "RESULTS_SCHEMA", RESULTS_SCHEMA - 1)
+    monkeypatch.setattr(Cell.identity, "__defaults__", (RESULTS_SCHEMA - 1,))
+    monkeypatch.setattr(Cell.key, "__defaults__", (RESULTS_SCHEMA - 1,))
+    sweep(cells, cache_dir=tmp_path)
+    monkeypatch.undo()
+    seen = count_runs(monkeypatch)
+    result = sweep(cells, cache_dir=tmp_path)
+    assert result.cached_cells == 0 and len(seen) == REPS
+
+
+def test_an_entry_copied_from_another_cell_is_detected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, serial: SweepResult
+) -> None:
+    cells = small_cells()[:2]
+    sweep(cells, cache_dir=tmp_path)
+    first, second = (tmp_path / f"{c.key(0, REPS, _version())}.json" for c in cells)
+    second.write_bytes(first.read_bytes())  # cell 0's numbers under cell 1's name
+    notices: list[str] = []
+    seen = count_runs(monkeypatch)
+    result = sweep(cells, cache_dir=tmp_path, on_notice=notices.append)
+    assert result.cached_cells == 1 and set(seen) == {1}
+    assert result.rows == serial.rows[:2]
+    assert len(notices) == 1 and "another cell" in notices[0] and "\n" not in notices[0]
+
+
+def test_an_entry_whose_identity_was_edited_to_match_but_whose_runs_differ_is_detected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, serial: SweepResult
+) -> None:
+    cells = [
+        Cell(standard("fast-dead"), LeasePolicy(30, 10, 5)),
+        Cell(standard("frozen"), LeasePolicy(30, 10, 5)),
+    ]
+    sweep(cells, cache_dir=tmp_path)
+    first, second = (tmp_path / f"{c.key(0, REPS, _version())}.json" for c in cells)
+    forged = json.loads(first.read_text())
+    forged["identity"] = json.loads(second.read_text())["identity"]
+    second.write_text(json.dumps(forged))
+    notices: list[str] = []
+    result = sweep(cells, cache_dir=tmp_path, on_notice=notices.append)
+    assert result.cached_cells == 1 and len(notices) == 1 and "another cell" in notices[0]
+
+
+@pytest.mark.parametrize("field,value", [("false_reclaims", "3"), ("end", True), ("detection_latencies", [1]),
+                                         ("reclaims", 1.5), ("scenario", 7), ("policy", [])])  # fmt: skip
+def test_a_wrong_typed_cache_entry_is_recomputed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, serial: SweepResult, field: str, value: Any
+) -> None:
+    cells = small_cells()[:1]
+    sweep(cells, cache_dir=tmp_path)
+    path = tmp_path / f"{cells[0].key(0, REPS, _version())}.json"
+    entry = json.loads(path.read_text())
+    entry["summaries"][1][field] = value
+    path.write_text(json.dumps(entry))
+    notices: list[str] = []
+    result = sweep(cells, cache_dir=tmp_path, on_notice=notices.append)
+    assert result.cached_cells == 0 and result.rows == serial.rows[:1]
+    assert len(notices) == 1 and "recomputing" in notices[0]
+
+
+def test_a_folder_where_an_entry_should_be_is_recomputed_with_a_notice(
+    tmp_path: Path, serial: SweepResult
+) -> None:
+    cells = small_cells()[:1]
+    (tmp_path / f"{cells[0].key(0, REPS, _version())}.json").mkdir()
+    notices: list[str] = []
+    result = sweep(cells, cache_dir=tmp_path, on_notice=notices.append)
+    assert result.complete and result.rows == serial.rows[:1]
+    assert len(notices) == 2  # not usable; and could not be stored over the folder
+    assert "not a regular file" in notices[0] and "not cached" in notices[1]
+
+
+def test_an_unreadable_entry_is_recomputed(tmp_path: Path, serial: SweepResult) -> None:
+    cells = small_cells()[:1]
+    sweep(cells, cache_dir=tmp_path)
+    path = tmp_path / f"{cells[0].key(0, REPS, _version())}.json"
+    path.write_bytes(b"\xff\xfe not utf-8")
+    notices: list[str] = []
+    result = sweep(cells, cache_dir=tmp_path, on_notice=notices.append)
+    assert result.cached_cells == 0 and result.rows == serial.rows[:1] and len(notices) == 1
 
 
 def _version() -> str:
