@@ -2,6 +2,10 @@
 
 import sys
 
-from emqsim.cli import main
+try:
+    from emqsim.cli import main
+except KeyboardInterrupt:  # Ctrl-C while still importing: nothing has started
+    print("emqsim: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 sys.exit(main())

@@ -7,6 +7,7 @@ the flag, the value and the fix, and exit status 2.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import os
@@ -20,11 +21,12 @@ from typing import Any, NoReturn
 from emqsim.distributions import Distribution, parse_distribution
 from emqsim.errors import ConfigError
 from emqsim.faults import Crash, Freeze, Network
+from emqsim.fileio import write_atomically
 from emqsim.policies import LeasePolicy, LeaseWarning, ReclaimPolicy, TimeoutPolicy
 from emqsim.presets import PRESETS, presets_table
 from emqsim.scenario import STANDARD, Scenario, standard
-from emqsim.fileio import write_atomically
 from emqsim.stats import to_csv, to_json
+from emqsim.units import MAX_SECONDS, check_distribution
 
 DEFAULT_TIMEOUTS = (30.0, 120.0, 600.0, 1200.0)
 DEFAULT_SCENARIOS = ("slow-alive", "fast-dead", "frozen", "flaky-network", "production")
@@ -49,6 +51,10 @@ def seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (e.g. 30 or 0.5)") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds (e.g. 30)")
+    if value > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is beyond the simulator's clock (integer milliseconds): at most {MAX_SECONDS:g} s"
+        )
     return value
 
 
@@ -124,7 +130,7 @@ def span(text: str) -> tuple[float, float]:
 
 def distribution(text: str) -> Distribution:
     try:
-        return parse_distribution(text)
+        return check_distribution(parse_distribution(text), "the distribution")
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -149,8 +155,39 @@ def output_path(*suffixes: str):
         folder = path.parent if str(path.parent) else Path(".")
         if not folder.is_dir():
             raise argparse.ArgumentTypeError(f"folder {str(folder)!r} does not exist; create it first")
-        if not os.access(folder, os.W_OK):
+        if not os.access(folder, os.W_OK | os.X_OK):
             raise argparse.ArgumentTypeError(f"folder {str(folder)!r} is not writable")
+        if path.is_dir():
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is a folder; give a file name, e.g. {text}/results{suffixes[0]}"
+            )
+        if path.exists() and not path.is_file():
+            raise argparse.ArgumentTypeError(f"{text!r} exists and is not a regular file; give another name")
+        if path.exists() and not os.access(path, os.W_OK):
+            raise argparse.ArgumentTypeError(f"{text!r} is read-only; make it writable or give another name")
+        return path
+
+    return parse
+
+
+def writable_folder(what: str):
+    """A folder that exists and is writable, or that can be created (its nearest existing parent is)."""
+
+    def parse(text: str) -> Path:
+        path = Path(text)
+        if path.exists():
+            if not path.is_dir():
+                raise argparse.ArgumentTypeError(f"{text!r} is a file; {what} must be a folder")
+            if not os.access(path, os.W_OK | os.X_OK):
+                raise argparse.ArgumentTypeError(f"folder {text!r} is not writable")
+            return path
+        parent = path.absolute().parent
+        while not parent.exists():
+            parent = parent.parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            raise argparse.ArgumentTypeError(
+                f"cannot create folder {text!r}: {str(parent)!r} is not a writable folder"
+            )
         return path
 
     return parse
@@ -193,6 +230,14 @@ def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def add_work_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--yes",
+        action="store_true",
+        help=f"run even if the work is estimated above {MAX_COMMANDS:.0e} simulated Redis commands",
+    )
+
+
 def build_parser() -> Parser:
     from emqsim import __version__
 
@@ -221,20 +266,29 @@ def build_parser() -> Parser:
     p.add_argument("--jobs", type=whole(1), help="parallel processes (default: all cores)")
     p.add_argument("--dask", metavar="ADDRESS", help="run on a Dask scheduler ('local' for a LocalCluster)")
     p.add_argument(
-        "--cache", type=Path, metavar="DIR", help="reuse finished cells from DIR (resumable sweeps)"
+        "--cache",
+        type=writable_folder("the cache"),
+        metavar="DIR",
+        help="reuse finished cells from DIR (resumable sweeps)",
     )
     p.add_argument(
         "--out", type=output_path(".csv", ".json"), help="also write the rows to FILE.csv|FILE.json"
     )
     p.add_argument("--plot", type=output_path(".png", ".svg"), help="write the trade-off figure")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="after an interrupt, replace --out even if it held more rows than finished",
+    )
     add_run_flags(p)
+    add_work_flags(p)
 
     p = sub.add_parser("run", help="one scenario under one policy, with the scenario's knobs as flags")
     p.add_argument(
         "--scenario", type=scenario_name, default="production", help="standard scenario to start from"
     )
     p.add_argument("--config", type=existing_file, help="a TOML scenario file instead of --scenario")
-    p.add_argument("--policy", choices=("lease", "timeout"), default="lease")
+    p.add_argument("--policy", choices=("lease", "timeout"), help="lease (default) or timeout")
     add_policy_flags(p, gridded=False)
     knobs = p.add_argument_group("scenario knobs")
     knobs.add_argument("--workers", type=whole(1))
@@ -259,6 +313,7 @@ def build_parser() -> Parser:
     )
     p.add_argument("--replications", type=whole(1), default=1)
     add_run_flags(p)
+    add_work_flags(p)
 
     p = sub.add_parser("compare", help="the two columns: slow-but-alive vs fast-but-dead, timeout vs lease")
     p.add_argument("--lease", type=seconds, default=30.0)
@@ -271,14 +326,16 @@ def build_parser() -> Parser:
     )
     p.add_argument("--replications", type=whole(1), default=20)
     add_run_flags(p)
+    add_work_flags(p)
 
     p = sub.add_parser("timeline", help="draw one scenario's timeline (PNG/SVG), or print it as text")
     p.add_argument("--scenario", type=scenario_name, default="fast-dead")
     p.add_argument("--config", type=existing_file)
-    p.add_argument("--policy", choices=("lease", "timeout"), default="lease")
+    p.add_argument("--policy", choices=("lease", "timeout"), help="lease (default) or timeout")
     add_policy_flags(p, gridded=False)
     p.add_argument("--out", type=output_path(".png", ".svg"), help="image file; without it, a text timeline")
     p.add_argument("--seed", type=whole(0), default=0)
+    add_work_flags(p)
 
     p = sub.add_parser("presets", help="list real systems' defaults and their sources")
     p.add_argument("--json", action="store_true")
@@ -286,7 +343,9 @@ def build_parser() -> Parser:
     p = sub.add_parser("scenarios", help="list the standard scenarios and their knobs")
 
     p = sub.add_parser("figures", help="regenerate every figure in figures/ from fixed seeds")
-    p.add_argument("--out", type=Path, default=Path("figures"), help="folder (default figures/)")
+    p.add_argument(
+        "--out", type=writable_folder("--out"), default=Path("figures"), help="folder (default figures/)"
+    )
     p.add_argument("--quick", action="store_true", help="fewer replications (for tests)")
 
     p = sub.add_parser("grade", help="check an assignment notebook without nbgrader")
@@ -376,7 +435,11 @@ def single_policy(args: argparse.Namespace) -> ReclaimPolicy:
                 )
         return chosen.policy(**overrides)
     scan = args.scan or 5.0
-    if args.policy == "timeout" or (args.timeout is not None and args.lease is None and args.beat is None):
+    if getattr(args, "policy", None) == "lease" and args.timeout is not None:
+        _fail("--timeout", "--policy lease has no timeout; drop --timeout or use --policy timeout")
+    if getattr(args, "policy", None) == "timeout" or (
+        args.timeout is not None and args.lease is None and args.beat is None
+    ):
         if args.lease is not None or args.beat is not None:
             _fail(
                 "--lease",
@@ -503,58 +566,230 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     if args.config and args.scenario:
         _fail("--config", "give either --config FILE or --scenario NAME, not both")
-    policies = lease_policies(args) + ([] if args.preset and args.timeout is None else timeout_policies(args))
+    config_policy = None
     if args.config:
         from emqsim.config import load_config
 
         scenario, config_policy = load_config(args.config)
         scenarios = [scenario]
-        if config_policy is not None and not (args.lease or args.preset):
-            policies = [config_policy] + timeout_policies(args)
     else:
         scenarios = [standard(name) for name in (args.scenario or DEFAULT_SCENARIOS)]
+    use_config_policy = config_policy is not None and not (args.lease or args.preset)
+    check_sweep_work(args, scenarios, config_policy if use_config_policy else None)
+    if use_config_policy:
+        policies = [config_policy] + timeout_policies(args)
+    else:
+        policies = lease_policies(args) + (
+            [] if args.preset and args.timeout is None else timeout_policies(args)
+        )
     cells = [Cell(s, p) for s in scenarios for p in policies]
+    jobs = clamp_jobs(args.jobs) if not args.dask else args.jobs
     executor = None
     client = None
     if args.dask:
         executor, client = _dask_executor(args.dask)
     interrupted: list[str] = []
+    stop = StopSignals()
 
     def on_interrupt(done: int, total: int) -> None:
-        interrupted.append(f"emqsim: interrupted: kept the {done} of {total} cells that finished")
+        word = "terminated" if stop.signum == signal.SIGTERM else "interrupted"
+        interrupted.append(f"emqsim: {word}: kept the {done} of {total} cells that finished")
 
-    previous = signal.getsignal(signal.SIGINT)
+    with stop.installed():
+        try:
+            result = run_sweep(
+                cells,
+                replications=args.replications,
+                seed=args.seed,
+                jobs=jobs,
+                executor=executor,
+                progress=False if args.quiet else None,
+                cache_dir=args.cache,
+                on_interrupt=on_interrupt,
+            )
+        finally:
+            stop.defer()  # from here on a signal is noted, never raised: the finished rows get written
+            if client is not None:
+                client.close()
+        rows = result.rows
+        header = {"version": __version__, "seed": args.seed, "replications": args.replications}
+        saved = save_rows(args, rows, header, complete=result.complete)
+        if args.plot and rows and result.complete:
+            from emqsim.plots import frontier, savefig
+
+            savefig(frontier(rows).figure, args.plot)
+        for line in interrupted:
+            print(line + saved, file=sys.stderr)
+        if args.json:
+            sys.stdout.write(to_json(rows, **header))
+        else:
+            print(format_table(rows))
+            _print_paired(result, cells)
+    if interrupted or stop.signum is not None:
+        return 143 if stop.signum == signal.SIGTERM else 130
+    return 0
+
+
+class StopSignals:
+    """Ctrl-C (SIGINT) and SIGTERM while a sweep runs: the first raises KeyboardInterrupt, so the sweep stops
+    and keeps the cells that finished; any later one (a second, impatient Ctrl-C) is only noted, so it cannot
+    cut short the bounded work of stopping and saving. After `defer()` no signal raises at all."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.deferred = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.signum is None:
+            self.signum = signum
+            if not self.deferred:
+                raise KeyboardInterrupt
+
+    def defer(self) -> None:
+        self.deferred = True
+
+    def installed(self):
+        import contextlib
+
+        @contextlib.contextmanager
+        def scope():
+            previous = {sig: signal.signal(sig, self) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield self
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+        return scope()
+
+
+def rows_in(path: Path) -> float | None:
+    """How many result rows an existing --out file holds: None if there is no file, inf if it cannot be read
+    as results (it is then never replaced by a partial sweep)."""
+    if not path.exists():
+        return None
     try:
-        result = run_sweep(
-            cells,
-            replications=args.replications,
-            seed=args.seed,
-            jobs=args.jobs,
-            executor=executor,
-            progress=False if args.quiet else None,
-            cache_dir=args.cache,
-            on_interrupt=on_interrupt,
-        )
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if client is not None:
-            client.close()
-    rows = result.rows
-    header = {"version": __version__, "seed": args.seed, "replications": args.replications}
-    if args.json:
-        sys.stdout.write(to_json(rows, **header))
-    else:
-        print(format_table(rows))
-        _print_paired(result, cells)
-    if args.out:
-        write_rows(args.out, rows, header)
-    if args.plot and rows:
-        from emqsim.plots import frontier, savefig
+        text = path.read_text(encoding="utf-8")
+        if path.suffix.lower() == ".json":
+            return float(len(json.loads(text)["rows"]))
+        import csv
+        import io
 
-        savefig(frontier(rows).figure, args.plot)
-    for line in interrupted:
-        print(line + (f"; rows written to {args.out}" if args.out else ""), file=sys.stderr)
-    return 130 if interrupted else 0
+        return float(max(0, sum(1 for _ in csv.reader(io.StringIO(text))) - 1))
+    except (OSError, ValueError, KeyError, TypeError):
+        return math.inf
+
+
+def save_rows(
+    args: argparse.Namespace, rows: list[dict[str, Any]], header: dict[str, Any], complete: bool
+) -> str:
+    """Write --out. A complete sweep replaces the file; an interrupted one never replaces a file that held
+    more rows (unless --force): its rows go beside it, to NAME.partial.csv|json. Says what it did."""
+    if not args.out:
+        return ""
+    if not rows:
+        return f"; no cell finished, {args.out} not written"
+    old = rows_in(args.out)
+    if not complete and old is not None and len(rows) < old and not args.force:
+        partial = args.out.with_name(f"{args.out.stem}.partial{args.out.suffix}")
+        write_rows(partial, rows, header)
+        held = "rows it cannot read" if math.isinf(old) else f"{old:.0f} rows"
+        return f"; {args.out} kept ({held}); the {len(rows)} finished rows are in {partial} (--force replaces it)"
+    write_rows(args.out, rows, header)
+    return f"; rows written to {args.out}"
+
+
+# -- bounded work ---------------------------------------------------------------------------------------------
+# A run's cost is about linear in the Redis commands it simulates: about 7.5 microseconds each on a 2020s laptop
+# core (measured with benchmarks-style timings of the standard scenarios). Above MAX_COMMANDS (about two
+# CPU-hours) a command asks for --yes first.
+MAX_COMMANDS = 1e9
+SECONDS_PER_COMMAND = 7.5e-6
+
+
+def commands_per_run(scenario: Scenario, beat: float | None, scan: float) -> float:
+    """An upper estimate of the Redis commands one run simulates: every job's steps, every sweep of every
+    worker and every heartbeat of every slot until the horizon, and the random faults' restarts."""
+    horizon = scenario.horizon
+    estimate = 10.0 * scenario.jobs + 3.0 * scenario.workers * horizon / scan
+    if beat:
+        estimate += 2.0 * scenario.workers * scenario.concurrency * horizon / beat
+    faults = scenario.random_faults
+    if faults is not None:
+        per_hour = (faults.crash_rate or 0) + (faults.freeze_rate or 0)
+        estimate += 10.0 * per_hour * scenario.workers * horizon / 3600
+    return estimate
+
+
+def check_work(args: argparse.Namespace, commands: float, what: str) -> None:
+    """Refuse, before any work, a command estimated above MAX_COMMANDS unless --yes was given."""
+    if commands <= MAX_COMMANDS or getattr(args, "yes", False):
+        return
+    hours = commands * SECONDS_PER_COMMAND / 3600
+    raise ConfigError(
+        f"{what} is estimated at up to {commands:.1e} simulated Redis commands (about {hours:,.1f} CPU-hours); "
+        "shrink the grids, --replications, --job-count, --workers or --horizon, or pass --yes to run it anyway"
+    )
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def clamp_jobs(jobs: int | None) -> int | None:
+    """--jobs above the usable cores only adds processes that wait: use the cores, with a notice."""
+    cores = usable_cores()
+    if jobs is not None and jobs > cores:
+        print(
+            f"emqsim: note: --jobs {jobs} is more than the {cores} usable core(s); using {cores}",
+            file=sys.stderr,
+        )
+        return cores
+    return jobs
+
+
+def _policy_grid(
+    args: argparse.Namespace, config_policy: ReclaimPolicy | None
+) -> tuple[int, float | None, float]:
+    """How many policies the sweep's flags make, and their shortest heartbeat and scan (for the estimate),
+    counted from the flags' grids without building them."""
+    timeouts = len(DEFAULT_TIMEOUTS if args.timeout is None else args.timeout)
+    scans = list(args.scan or [])
+    beats = list(args.beat or [])
+    if config_policy is not None:
+        settings = config_policy.settings()
+        count = 1 + timeouts * max(1, len(scans))
+        beats.append(settings["beat"] or 0)
+        scans.append(settings["scan"])
+    elif args.preset:
+        settings = PRESETS[args.preset].policy().settings()
+        count = max(1, len(scans)) * len(args.lease or [None]) * max(1, len(beats))
+        if args.timeout is not None:
+            count += timeouts * max(1, len(scans))
+        beats.append(settings["beat"] or 0)
+        scans.append(settings["scan"] or 5.0)
+    else:
+        count = len(args.lease or [30.0]) * max(1, len(beats)) * max(1, len(scans)) + timeouts * max(
+            1, len(scans)
+        )
+        beats.append(min(args.lease or [30.0]) / 3)
+    beat = min((b for b in beats if b), default=None)
+    return count, beat, min(scans or [5.0])
+
+
+def check_sweep_work(
+    args: argparse.Namespace, scenarios: Sequence[Scenario], config_policy: ReclaimPolicy | None
+) -> None:
+    count, beat, scan = _policy_grid(args, config_policy)
+    per_policy = sum(commands_per_run(s, beat, scan) for s in scenarios)
+    check_work(
+        args,
+        per_policy * count * args.replications,
+        f"this sweep ({len(scenarios) * count:,} cells x {args.replications} replications)",
+    )
 
 
 def _print_paired(result, cells) -> None:
@@ -598,8 +833,12 @@ def _dask_executor(address: str):
     else:
         try:
             client = Client(address, timeout="10s")
-        except OSError as exc:
-            _fail("--dask", f"cannot reach the scheduler at {address!r} ({exc}); check the address")
+        except (OSError, ValueError, TypeError) as exc:
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            _fail(
+                "--dask",
+                f"cannot reach a scheduler at {address!r} ({reason}); give 'local' or an address like tcp://host:8786",
+            )
     return client.get_executor(), client
 
 
@@ -614,7 +853,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         config_policy = load_config(args.config)[1]
         policy = config_policy or policy
-    summaries = [simulate_summary(scenario, policy, args.seed, r) for r in range(args.replications)]
+    settings = policy.settings()
+    check_work(
+        args,
+        commands_per_run(scenario, settings["beat"], settings["scan"] or 5.0) * args.replications,
+        f"this run ({args.replications} replication(s))",
+    )
+    summaries = [
+        simulate_summary(scenario, policy, args.seed, r)
+        for r in _progress(range(args.replications), args.quiet or args.replications < 2)
+    ]
     row = aggregate(summaries)
     if args.json:
         sys.stdout.write(to_json([row], version=__version__, seed=args.seed))
@@ -624,6 +872,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     for key, value in row.items():
         print(f"  {key.ljust(width)}  {value}")
     return 0
+
+
+def _progress(items: Any, quiet: bool) -> Any:
+    """A tqdm bar on stderr over `items` when stderr is a terminal (long runs show they are moving)."""
+    if quiet or not sys.stderr.isatty():
+        return items
+    from tqdm.auto import tqdm
+
+    return tqdm(items, unit="run", file=sys.stderr, desc="simulating", leave=False)
 
 
 COMPARE_VERDICTS = {
@@ -647,6 +904,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         "slow-but-alive": standard("slow-alive", duration=args.slow_duration),
         "fast-but-dead": standard("fast-dead", die_after=args.die_after),
     }
+    check_work(
+        args,
+        sum(commands_per_run(sc, args.beat, args.scan) for sc in worlds.values()) * 2 * args.replications,
+        f"this comparison (4 x {args.replications} replications)",
+    )
     rows = []
     for world, scenario in worlds.items():
         for rule, policy in policies.items():
@@ -695,6 +957,10 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     else:
         scenario = standard(args.scenario)
     policy = single_policy(args)
+    settings = policy.settings()
+    check_work(
+        args, commands_per_run(scenario, settings["beat"], settings["scan"] or 5.0), "this timeline's run"
+    )
     run = simulate(scenario, policy, args.seed)
     if args.out:
         from emqsim.plots import savefig, timeline
@@ -796,6 +1062,11 @@ COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    if sys.stdout is None:  # started with standard output closed (`>&-`)
+        print(
+            "emqsim: error: standard output is closed; redirect it instead, e.g. > /dev/null", file=sys.stderr
+        )
+        return 2
     args = parser.parse_args(argv)
     if args.command == "live":
         from emqsim.live import main_live
@@ -804,15 +1075,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         handler = COMMANDS[args.command]
     try:
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a full disk or closed pipe shows here, not as a traceback at exit
+        return code
     except ConfigError as exc:
         print(f"emqsim {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("emqsim: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
+    except BrokenPipeError:  # `emqsim ... | head`: the reader has all it wanted
+        _detach_stdout()
         return 0
+    except OSError as exc:
+        if _is_stdout_error(exc):
+            _detach_stdout()
+            print(
+                f"emqsim {args.command}: error: cannot write to standard output ({exc.strerror})",
+                file=sys.stderr,
+            )
+            return 2
+        print(f"emqsim {args.command}: error: {exc}", file=sys.stderr)  # a failing disk: one line, no traceback
+        return 1
+
+
+def _is_stdout_error(exc: OSError) -> bool:
+    """Whether `exc` came from writing standard output (a full disk, a closed pipe), found by flushing it."""
+    try:
+        sys.stdout.flush()
+    except OSError:
+        return True
+    return exc.filename is None and exc.errno in (errno.EPIPE, errno.EBADF)
+
+
+def _detach_stdout() -> None:
+    """Point standard output at /dev/null so the interpreter's final flush cannot fail a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 if __name__ == "__main__":
