@@ -1,0 +1,179 @@
+"""Real signals on a real `python -m emqsim sweep --jobs 2`: Ctrl-C once, twice a second apart, twice at once,
+SIGTERM, and Ctrl-C before any cell finished. Each must end (no hang), leave no process of its session behind
+(pool workers included), write the finished rows, and never shrink an existing results file.
+
+A cell has finished when its entry appears in the --cache folder, so the tests wait for that (not for a time).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HANG = 60  # seconds: only a hang takes this long; the tests never assert how fast anything is
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc for leftover processes")
+
+
+def session_processes(sid: int) -> list[int]:
+    """Live (not zombie) processes in session `sid` (the sweep and every process it started)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        state, session = fields[0], int(fields[3])
+        if session == sid and state != "Z":
+            found.append(int(entry))
+    return found
+
+
+def start_sweep(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "emqsim", "sweep", "--jobs", "2", "--quiet", "--json",
+           "--out", str(tmp_path / "rows.json"), "--cache", str(tmp_path / "cache"), *extra]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+
+
+def wait_for(condition, proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + HANG
+    while not condition():
+        assert proc.poll() is None, f"the sweep ended early: {proc.communicate()}"
+        assert time.monotonic() < deadline, "the sweep made no progress"
+        time.sleep(0.05)
+
+
+def finished_cells(tmp_path: Path) -> int:
+    folder = tmp_path / "cache"
+    return len(list(folder.glob("*.json"))) if folder.is_dir() else 0
+
+
+def end(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    try:
+        out, err = proc.communicate(timeout=HANG)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("the sweep hung after the signal")
+    deadline = time.monotonic() + 10
+    while session_processes(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)  # killed pool workers are reaped by the kernel, not instantly
+    leftover = session_processes(proc.pid)
+    if leftover:
+        os.killpg(proc.pid, signal.SIGKILL)
+    assert not leftover, f"processes left behind: {leftover}"
+    return out, err
+
+
+ARGS = ("--replications", "60")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "signals",
+    [
+        [(signal.SIGINT, 0.0)],
+        [(signal.SIGINT, 0.0), (signal.SIGINT, 1.0)],  # a second Ctrl-C about a second later
+        [(signal.SIGINT, 0.0), (signal.SIGINT, 0.01), (signal.SIGINT, 0.01)],  # an impatient triple Ctrl-C
+        [(signal.SIGTERM, 0.0)],
+        [(signal.SIGTERM, 0.0), (signal.SIGINT, 0.2)],
+    ],
+    ids=["ctrl-c", "ctrl-c-then-ctrl-c-1s-later", "quick-triple-ctrl-c", "sigterm", "sigterm-then-ctrl-c"],
+)
+def test_signals_end_the_sweep_and_keep_the_finished_rows(tmp_path: Path, signals) -> None:
+    proc = start_sweep(tmp_path, *ARGS)
+    wait_for(lambda: finished_cells(tmp_path) >= 2, proc)
+    done_before = finished_cells(tmp_path)
+    for sig, delay in signals:
+        time.sleep(delay)
+        if proc.poll() is None:
+            proc.send_signal(sig)
+    out, err = end(proc)
+    first = signals[0][0]
+    assert proc.returncode == (143 if first == signal.SIGTERM else 130), err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert ("terminated" if first == signal.SIGTERM else "interrupted") + ": kept the" in lines[0]
+    rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
+    assert len(rows) >= done_before and rows == json.loads(out)["rows"]
+    assert len(rows) == finished_cells(tmp_path)  # every finished cell is both cached and written
+    assert not list(tmp_path.glob(".emqsim-*"))  # no temporary file left
+
+
+@pytest.mark.slow
+def test_ctrl_c_before_any_cell_finishes_keeps_the_existing_results_file(tmp_path: Path) -> None:
+    existing = tmp_path / "rows.json"
+    existing.write_text(json.dumps({"rows": [{"scenario": "x"}] * 7}))
+    before = existing.read_bytes()
+    proc = start_sweep(tmp_path, "--scenario", "production", "--replications", "400")
+    wait_for(lambda: len(session_processes(proc.pid)) >= 3, proc)  # the sweep and its two pool workers
+    proc.send_signal(signal.SIGINT)
+    out, err = end(proc)
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert existing.read_bytes() == before
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_an_interrupted_sweep_never_shrinks_an_existing_results_file(tmp_path: Path) -> None:
+    existing = tmp_path / "rows.json"
+    existing.write_text(json.dumps({"rows": [{"scenario": "x"}] * 100}))
+    before = existing.read_bytes()
+    proc = start_sweep(tmp_path, *ARGS)
+    wait_for(lambda: finished_cells(tmp_path) >= 1, proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = end(proc)
+    assert proc.returncode == 130
+    assert existing.read_bytes() == before
+    partial = json.loads((tmp_path / "rows.partial.json").read_text())["rows"]
+    assert partial == json.loads(out)["rows"] and partial
+    assert "rows.json kept (100 rows)" in err and "--force" in err
+
+
+@pytest.mark.slow
+def test_force_replaces_the_results_file_after_an_interrupt(tmp_path: Path) -> None:
+    existing = tmp_path / "rows.json"
+    existing.write_text(json.dumps({"rows": [{"scenario": "x"}] * 100}))
+    proc = start_sweep(tmp_path, *ARGS, "--force")
+    wait_for(lambda: finished_cells(tmp_path) >= 1, proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = end(proc)
+    assert proc.returncode == 130
+    assert json.loads(existing.read_text())["rows"] == json.loads(out)["rows"]
+    assert not (tmp_path / "rows.partial.json").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_a_terminal_reaches_the_pool_workers_too_and_still_keeps_the_rows(tmp_path: Path) -> None:
+    """A terminal sends Ctrl-C to the whole foreground process group: the pool workers get SIGINT as well."""
+    proc = start_sweep(tmp_path, *ARGS)
+    wait_for(lambda: finished_cells(tmp_path) >= 2, proc)
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(1)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)
+    out, err = end(proc)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
+    assert len(rows) >= 2 and rows == json.loads(out)["rows"]
