@@ -1079,7 +1079,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # a full disk or closed pipe shows here, not as a traceback at exit
         return code
     except ConfigError as exc:
-        print(f"emqsim {args.command}: error: {exc}", file=sys.stderr)
+        message = " ".join(str(exc).splitlines())  # one line, whatever a value held
+        print(f"emqsim {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("emqsim: interrupted", file=sys.stderr)

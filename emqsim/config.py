@@ -4,6 +4,7 @@ and its line. See emqsim/examples/*.toml.
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from pathlib import Path
@@ -15,6 +16,7 @@ from emqsim.faults import Crash, Freeze, Network, RandomFaults
 from emqsim.policies import LeasePolicy, ReclaimPolicy, TimeoutPolicy
 from emqsim.presets import PRESETS, preset
 from emqsim.scenario import Scenario
+from emqsim.units import MAX_SECONDS, check_distribution
 
 SCENARIO_KEYS = {
     "name", "workers", "concurrency", "jobs", "arrival_rate", "duration", "horizon", "phases", "hz", "queue",
@@ -24,6 +26,31 @@ FAULT_KEYS = {"kind", "worker", "at", "job", "after", "duration", "restart_after
 RANDOM_KEYS = {"crash_rate", "restart_after", "freeze_rate", "freeze_duration"}
 NETWORK_KEYS = {"rtt", "loss", "loss_on", "command_timeout"}
 POLICY_KEYS = {"kind", "lease", "beat", "scan", "timeout", "two_phase", "max_stalled", "swept_by", "fenced"}
+
+# The type every key must have, checked before anything is built (TOML is typed: "no" is a string, not false;
+# 1.5 is not a count). Kinds: str, bool, "count" (whole number >= 1), "index" (whole number >= 0),
+# "seconds" (a number within the simulator's clock), "dist" (seconds or a distribution like 'exp:60'),
+# "rate" (> 0 per second), "hourly" (>= 0 per worker-hour), "probability", "array", "table".
+KEY_TYPES: dict[str, dict[str, Any]] = {
+    "scenario": {
+        "name": str, "workers": "count", "concurrency": "count", "jobs": "count", "arrival_rate": "rate",
+        "duration": "dist", "horizon": "seconds", "phases": str, "hz": "count", "queue": str,
+        "remove_on_complete": bool, "faults": "array", "random_faults": "table", "network": "table",
+    },
+    "fault": {
+        "kind": str, "worker": "index", "at": "seconds", "job": "index", "after": "dist", "duration": "dist",
+        "restart_after": "seconds",
+    },
+    "random_faults": {
+        "crash_rate": "hourly", "restart_after": "seconds", "freeze_rate": "hourly", "freeze_duration": "dist",
+    },
+    "network": {"rtt": "dist", "loss": "probability", "loss_on": str, "command_timeout": "seconds"},
+    "policy": {
+        "kind": str, "lease": "seconds", "beat": "seconds", "scan": "seconds", "timeout": "seconds",
+        "two_phase": bool, "max_stalled": "index", "swept_by": str, "fenced": bool,
+    },
+}  # fmt: skip
+MAX_FILE_BYTES = 10_000_000
 
 
 class _Located:
@@ -56,10 +83,16 @@ def load_config(path: str | Path) -> tuple[Scenario, ReclaimPolicy | None]:
         raise ConfigError(f"{path}: no such file; check the path given to --config") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read it ({exc}); give a readable UTF-8 TOML file") from None
+    if len(text) > MAX_FILE_BYTES:
+        raise ConfigError(f"{path}: {len(text):,} characters; a scenario file is at most {MAX_FILE_BYTES:,}")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        raise ConfigError(f"{path}: not valid TOML: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise ConfigError(
+            f"{path}: nested too deeply; a scenario file needs a few levels of tables"
+        ) from None
     where = _Located(path, text)
     unknown = sorted(set(data) - {"scenario", "policy"})
     if unknown:
@@ -71,26 +104,83 @@ def load_config(path: str | Path) -> tuple[Scenario, ReclaimPolicy | None]:
     return scenario, policy
 
 
-def _check_keys(table: Any, allowed: set[str], name: str, where: _Located) -> dict[str, Any]:
+def _check_keys(
+    table: Any, allowed: set[str], name: str, where: _Located, types: str | None = None
+) -> dict[str, Any]:
     if not isinstance(table, dict):
         raise where.error(name, "must be a table")
     for key in table:
         if key not in allowed:
             raise where.error(f"{name}.{key}", f"unknown key; allowed: {', '.join(sorted(allowed))}")
+    for key, value in table.items():
+        kind = KEY_TYPES.get(types or name, {}).get(key)
+        if kind is not None:
+            _check_type(value, kind, f"{name}.{key}", where)
     return table
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_type(value: Any, kind: Any, name: str, where: _Located) -> None:
+    """Refuse a value of the wrong TOML type (or outside the simulator's range) with the key and its line."""
+    if kind is str:
+        if not isinstance(value, str):
+            raise where.error(name, f"must be a string in quotes, got {value!r}")
+    elif kind is bool:
+        if not isinstance(value, bool):
+            raise where.error(name, f"must be true or false (no quotes), got {value!r}")
+    elif kind in ("count", "index"):
+        low = 1 if kind == "count" else 0
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise where.error(name, f"must be a whole number, got {value!r}")
+        if value < low:
+            raise where.error(name, f"must be a whole number >= {low}, got {value!r}")
+    elif kind == "seconds":
+        if not _is_number(value) or not math.isfinite(value) or value < 0:
+            raise where.error(name, f"must be a number of seconds >= 0, got {value!r}")
+        if value > MAX_SECONDS:
+            raise where.error(
+                name,
+                f"{value:g} s is beyond the simulator's clock (integer milliseconds): at most {MAX_SECONDS:g} s",
+            )
+    elif kind == "dist":
+        if not (_is_number(value) or isinstance(value, str)):
+            raise where.error(name, f"expected seconds or a distribution like 'exp:60', got {value!r}")
+    elif kind in ("rate", "hourly"):
+        per = "per second" if kind == "rate" else "per worker-hour"
+        if not _is_number(value) or not math.isfinite(value) or value < 0 or (kind == "rate" and value == 0):
+            raise where.error(
+                name, f"must be a number {'> 0' if kind == 'rate' else '>= 0'} {per}, got {value!r}"
+            )
+        scale = 1.0 if kind == "rate" else 3600.0
+        if value and scale / value > MAX_SECONDS:
+            raise where.error(
+                name, f"{value:g} {per} makes gaps beyond the simulator's clock; use a larger rate"
+            )
+    elif kind == "probability":
+        if not _is_number(value) or not 0 <= value < 1:
+            raise where.error(name, f"must be a probability in [0, 1), got {value!r}")
+    elif kind == "array":
+        if not isinstance(value, list):
+            raise where.error(name, f"must be an array of tables ([[{name}]]), got {value!r}")
+    elif kind == "table" and not isinstance(value, dict):
+        raise where.error(name, f"must be a table, got {value!r}")
 
 
 def _dist(value: Any, name: str, where: _Located) -> Distribution:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise where.error(name, f"expected seconds or a distribution like 'exp:60', got {value!r}")
     try:
-        return parse_distribution(str(value))
+        return check_distribution(parse_distribution(str(value)), "the distribution")
     except ConfigError as exc:
         raise where.error(name, str(exc)) from None
 
 
 def _seconds_or_dist(value: Any, name: str, where: _Located) -> float | Distribution:
     if isinstance(value, int | float) and not isinstance(value, bool):
+        _check_type(value, "seconds", name, where)
         return float(value)
     return _dist(value, name, where)
 
@@ -120,7 +210,7 @@ def _scenario(table: Any, where: _Located) -> Scenario:
     faults = []
     for i, fault in enumerate(table.get("faults", [])):
         name = f"scenario.faults[{i}]"
-        fault = dict(_check_keys(fault, FAULT_KEYS, name, where))
+        fault = dict(_check_keys(fault, FAULT_KEYS, name, where, types="fault"))
         kind = fault.pop("kind", None)
         if kind not in ("crash", "freeze"):
             raise where.error(f"{name}.kind", f"must be 'crash' or 'freeze', got {kind!r}")
@@ -135,14 +225,18 @@ def _scenario(table: Any, where: _Located) -> Scenario:
         faults.append(_build(Crash if kind == "crash" else Freeze, f"{name}.kind", where, fault))
     kwargs["faults"] = tuple(faults)
     if "random_faults" in table:
-        rf = dict(_check_keys(table["random_faults"], RANDOM_KEYS, "scenario.random_faults", where))
+        rf = dict(
+            _check_keys(
+                table["random_faults"], RANDOM_KEYS, "scenario.random_faults", where, types="random_faults"
+            )
+        )
         if "freeze_duration" in rf:
             rf["freeze_duration"] = _dist(
                 rf["freeze_duration"], "scenario.random_faults.freeze_duration", where
             )
         kwargs["random_faults"] = _build(RandomFaults, "scenario.random_faults", where, rf)
     if "network" in table:
-        net = dict(_check_keys(table["network"], NETWORK_KEYS, "scenario.network", where))
+        net = dict(_check_keys(table["network"], NETWORK_KEYS, "scenario.network", where, types="network"))
         if "rtt" in net:
             net["rtt"] = _dist(net["rtt"], "scenario.network.rtt", where)
         kwargs["network"] = _build(Network, "scenario.network", where, net)
