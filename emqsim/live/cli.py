@@ -21,6 +21,7 @@ from emqsim.scenario import STANDARD, standard
 from emqsim.stats import summarize, summary_dict
 
 from .runner import DEFAULT_TIME_SCALE, LiveWarning, run_live
+from .server import RedisUnavailable
 
 LIVE_EXAMPLES = """
 examples:
@@ -132,14 +133,25 @@ def main_live(args: argparse.Namespace) -> int:
     started = time.monotonic()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LiveWarning)
-        run = run_live(
-            scenario,
-            policy,
-            redis_url=args.redis,
-            time_scale=scale,
-            allow_foreign_keys=args.allow_foreign_keys,
-            seed=seed,
-        )
+        try:
+            run = run_live(
+                scenario,
+                policy,
+                redis_url=args.redis,
+                time_scale=scale,
+                allow_foreign_keys=args.allow_foreign_keys,
+                seed=seed,
+            )
+        except RedisUnavailable as exc:
+            print(f"emqsim live: error: {exc}", file=sys.stderr)
+            return 1
+        except RuntimeError as exc:  # a process or the private server failed to start: its first line
+            first = (str(exc).splitlines() or ["the live run failed"])[0].rstrip(":")
+            print(
+                f"emqsim live: error: {first} (run it again; if it persists, check redis-server)",
+                file=sys.stderr,
+            )
+            return 1
     for w in caught:
         print(f"emqsim live: warning: {w.message}", file=sys.stderr)
     real = time.monotonic() - started

@@ -44,7 +44,16 @@ from emqsim.faults import Crash, Freeze, as_distribution
 from emqsim.keys import QueueKeys
 from emqsim.live.lua import key_names
 from emqsim.live.scripts import LuaQueue
-from emqsim.live.server import PrivateRedis, check_no_foreign_keys, connect, delete_prefix, die_with_parent
+from emqsim.live.server import (
+    SOCKET_TIMEOUT,
+    PrivateRedis,
+    RedisUnavailable,
+    check_no_foreign_keys,
+    connect,
+    delete_prefix,
+    die_with_parent,
+    no_retry,
+)
 from emqsim.policies import LeasePolicy, ReclaimPolicy, TimeoutPolicy
 from emqsim.protocol import FINISH_ERRORS
 from emqsim.records import Attempt, LockEvent, Run, SweepEvent, WorkerEvent, with_expiries
@@ -626,6 +635,41 @@ class LiveRun:
         thread.start()
         return thread
 
+    def redis_failure(self) -> str | None:
+        """After an error: a one-line account if Redis itself failed (died, or stopped answering), else None."""
+        where = "the private redis-server" if self.server is not None else f"Redis at {self.redis_url}"
+        if self.server is not None and self.server.proc is not None:
+            code = self.server.proc.poll()
+            if code is not None:
+                how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+                return f"{where} died during the live run ({how}); the run was stopped and cleaned up"
+        url = getattr(self, "url", None)
+        if url is None:
+            return None
+        probe = None
+        try:
+            probe = (
+                self.server.client(socket_timeout=2.0)
+                if self.server is not None
+                else redis.Redis.from_url(
+                    url, socket_timeout=2.0, socket_connect_timeout=2.0, retry=no_retry()
+                )
+            )
+            probe.ping()
+        except redis.TimeoutError:
+            return (
+                f"{where} stopped answering during the live run (no reply within {SOCKET_TIMEOUT:g} s: "
+                "paused, hung or overloaded); the run was stopped and cleaned up"
+            )
+        except (redis.ConnectionError, OSError) as exc:
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            return f"{where} went away during the live run ({first}); the run was stopped and cleaned up"
+        finally:
+            if probe is not None:
+                with contextlib.suppress(Exception):
+                    probe.close()
+        return None
+
     def command_total(self) -> int:
         assert self.client is not None
         stats = self.client.info("commandstats")
@@ -644,6 +688,16 @@ class LiveRun:
             self.open_redis()
             watcher = self.watch_evictions(stop_watch)
             return self._run()
+        except (redis.RedisError, RuntimeError, OSError) as exc:
+            gone = self.redis_failure()
+            if gone is not None:
+                raise RedisUnavailable(gone) from None
+            if isinstance(exc, redis.RedisError):
+                first = (str(exc).splitlines() or [type(exc).__name__])[0]
+                raise RedisUnavailable(
+                    f"Redis failed during the live run ({first}); the run was stopped"
+                ) from None
+            raise
         finally:
             stop_watch.set()
             self.stop_all()

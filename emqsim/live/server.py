@@ -7,6 +7,7 @@ key outside the run's own prefix, unless the caller allows sharing; the run dele
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -18,11 +19,26 @@ import time
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from emqsim.errors import ConfigError
 
 INSTALL_HINT = "redis-server was not found on PATH; install it with `apt-get install redis-server`"
 MIN_VERSION = (6, 2)  # LMOVE
+# Every Redis call gives up after this many real seconds without a reply: Redis answers in microseconds, so a
+# silence this long means the server is stopped (SIGSTOP), hung or gone, and the run ends with one line.
+SOCKET_TIMEOUT = 5.0
+
+
+def no_retry() -> Retry:
+    """redis-py (8.x) retries a timed-out call 10 times by default: 10 x SOCKET_TIMEOUT of silence before an
+    error. The runner's calls are not retried, so a stopped Redis is reported after one timeout."""
+    return Retry(NoBackoff(), 0)
+
+
+class RedisUnavailable(RuntimeError):
+    """Redis stopped answering or went away during a live run (one line, for the command line)."""
 
 
 _PR_SET_PDEATHSIG = 1
@@ -113,21 +129,30 @@ class PrivateRedis:
             probe.close()
 
     def client(self, **kwargs: object) -> redis.Redis:
+        """A decoded client whose every call times out after SOCKET_TIMEOUT real seconds."""
+        kwargs.setdefault("socket_timeout", SOCKET_TIMEOUT)
+        kwargs.setdefault("socket_connect_timeout", SOCKET_TIMEOUT)
+        kwargs.setdefault("retry", no_retry())
         return redis.Redis(unix_socket_path=self.socket_path, decode_responses=True, **kwargs)  # type: ignore[arg-type]
 
     def stop(self) -> None:
-        """SIGTERM, SIGKILL after 5 s; then remove the temporary directory."""
+        """SIGTERM (and SIGCONT, so a stopped server can act on it), SIGKILL after 5 s; then remove the
+        temporary directory, whatever happened."""
         proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
+        try:
+            if proc is not None and proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)
+                    proc.send_signal(signal.SIGCONT)
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        finally:
+            if self.workdir is not None:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+                self.workdir = None
 
     def _log_tail(self, lines: int = 20) -> str:
         try:
@@ -146,7 +171,13 @@ class PrivateRedis:
 def connect(url: str) -> redis.Redis:
     """A decoded client for `url` (redis://, rediss://, unix://), checked with PING and a version check."""
     try:
-        client = redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=5.0)
+        client = redis.Redis.from_url(
+            url,
+            decode_responses=True,
+            socket_connect_timeout=SOCKET_TIMEOUT,
+            socket_timeout=SOCKET_TIMEOUT,
+            retry=no_retry(),
+        )
     except ValueError as exc:
         raise ConfigError(f"bad Redis URL {url!r}: {exc}") from None
     try:

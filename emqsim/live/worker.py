@@ -41,6 +41,8 @@ else:  # run as a file: load the sibling module without importing the emqsim pac
     RawScripts = _lua.RawScripts
 
 LOST = object()  # a request dropped by the emulated network
+# Real seconds a Redis call may wait for a reply; as emqsim.live.server.SOCKET_TIMEOUT (no emqsim import here).
+SOCKET_TIMEOUT = 5.0
 
 
 class Held:
@@ -63,7 +65,13 @@ class LiveWorker:
         self.first_renew_ms = 0
         self.first_sweep_ms = 0
         conn = cfg["redis"]
-        self.client = redis.Redis.from_url(conn, decode_responses=True, health_check_interval=0)
+        self.client = redis.Redis.from_url(
+            conn,
+            decode_responses=True,
+            health_check_interval=0,
+            socket_timeout=SOCKET_TIMEOUT,
+            socket_connect_timeout=SOCKET_TIMEOUT,
+        )
         self.scripts = RawScripts(self.client, cfg["keys"], cfg["shas"])
         self.out_lock = threading.Lock()
         self.held: dict[str, Held] = {}

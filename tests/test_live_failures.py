@@ -1,0 +1,104 @@
+"""Live mode when Redis fails mid-run: the private redis-server is stopped (SIGSTOP) or killed (SIGKILL).
+
+The run must end with one line on stderr saying what happened (no traceback, no hang: every Redis call has a
+socket timeout), and leave nothing behind: no redis-server, no worker process, no temporary folder.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from emqsim.live import redis_server_path
+from emqsim.live.server import INSTALL_HINT
+
+ROOT = Path(__file__).resolve().parent.parent
+HANG = 90  # seconds: only a hang reaches it; nothing here asserts how fast anything is
+
+pytestmark = [pytest.mark.redis, pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")]
+
+
+@pytest.fixture
+def need_redis() -> None:
+    if redis_server_path() is None:
+        if os.environ.get("EMQSIM_REQUIRE_REDIS") == "1":
+            pytest.fail(f"EMQSIM_REQUIRE_REDIS=1 but {INSTALL_HINT}")
+        pytest.skip(INSTALL_HINT)
+
+
+def processes() -> dict[int, tuple[int, str, str]]:
+    """pid -> (parent pid, state, command name) for every live process."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] != "Z":
+            found[int(entry)] = (int(fields[1]), fields[0], name)
+    return found
+
+
+def descendants(root: int) -> set[int]:
+    table = processes()
+    family, grew = {root}, True
+    while grew:
+        more = {pid for pid, (ppid, _, _) in table.items() if ppid in family} - family
+        family |= more
+        grew = bool(more)
+    return family - {root}
+
+
+def private_redis(root: int) -> int | None:
+    table = processes()
+    for pid in descendants(root):
+        if pid in table and table[pid][2].startswith("redis-server"):
+            return pid
+    return None
+
+
+@pytest.mark.parametrize("fault", [signal.SIGSTOP, signal.SIGKILL], ids=["redis-stopped", "redis-killed"])
+def test_a_redis_failure_mid_run_ends_in_one_line_and_leaves_nothing(
+    need_redis, tmp_path: Path, fault
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "emqsim", "live", "--scenario", "slow-alive", "--time-scale", "0.05"],
+        env=env, cwd=tmp_path, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    family: set[int] = set()
+    try:
+        deadline = time.monotonic() + HANG
+        server = None
+        while server is None or len(descendants(proc.pid)) < 3:  # redis-server and the worker processes
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the live run did not start"
+            server = private_redis(proc.pid)
+            time.sleep(0.1)
+        time.sleep(1.0)  # the run is under way (slow-alive lasts 45 s real at this scale)
+        family = descendants(proc.pid)
+        os.kill(server, fault)
+        out, err = proc.communicate(timeout=HANG)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert ("stopped answering" if fault == signal.SIGSTOP else "died") in lines[0]
+    time.sleep(0.2)
+    alive = set(processes())
+    assert not (family & alive), f"left behind: {family & alive}"
+    assert list(tmp_path.iterdir()) == [], "a temporary folder was left behind"
