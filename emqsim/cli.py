@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import io
 import json
 import math
 import os
@@ -653,6 +654,13 @@ class StopSignals:
 
         @contextlib.contextmanager
         def scope():
+            import threading
+
+            if (
+                threading.current_thread() is not threading.main_thread()
+            ):  # signals reach the main thread only
+                yield self
+                return
             previous = {sig: signal.signal(sig, self) for sig in (signal.SIGINT, signal.SIGTERM)}
             try:
                 yield self
@@ -1074,6 +1082,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler = main_live
     else:
         handler = COMMANDS[args.command]
+    stdout = sys.stdout
+    sys.stdout = _GuardedStdout(stdout)  # type: ignore[assignment]
     try:
         code = handler(args)
         sys.stdout.flush()  # a full disk or closed pipe shows here, not as a traceback at exit
@@ -1085,28 +1095,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("emqsim: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `emqsim ... | head`: the reader has all it wanted
+    except StdoutError as exc:
+        _detach_stdout()
+        if exc.errno == errno.EPIPE:  # `emqsim ... | head`: the reader has all it wanted
+            return 0
+        print(
+            f"emqsim {args.command}: error: cannot write to standard output ({exc.strerror})", file=sys.stderr
+        )
+        return 2
+    except BrokenPipeError:
         _detach_stdout()
         return 0
-    except OSError as exc:
-        if _is_stdout_error(exc):
-            _detach_stdout()
-            print(
-                f"emqsim {args.command}: error: cannot write to standard output ({exc.strerror})",
-                file=sys.stderr,
-            )
-            return 2
-        print(f"emqsim {args.command}: error: {exc}", file=sys.stderr)  # a failing disk: one line, no traceback
+    except OSError as exc:  # a failing disk or folder: one line, no traceback
+        print(f"emqsim {args.command}: error: {exc}", file=sys.stderr)
         return 1
+    finally:
+        sys.stdout = stdout
 
 
-def _is_stdout_error(exc: OSError) -> bool:
-    """Whether `exc` came from writing standard output (a full disk, a closed pipe), found by flushing it."""
-    try:
-        sys.stdout.flush()
-    except OSError:
-        return True
-    return exc.filename is None and exc.errno in (errno.EPIPE, errno.EBADF)
+class StdoutError(OSError):
+    """Writing standard output failed (a full disk, a closed pipe): reported in one line, not a traceback."""
+
+
+class _GuardedStdout:
+    """Standard output whose write errors are told apart from every other OSError."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            raise StdoutError(exc.errno, exc.strerror) from exc
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            raise StdoutError(exc.errno, exc.strerror) from exc
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def _detach_stdout() -> None:
@@ -1115,7 +1145,7 @@ def _detach_stdout() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
         pass
 
 
