@@ -177,7 +177,10 @@ def test_ctrl_c_keeps_finished_rows(tmp_path):
 CONFIG_ERRORS = {
     "syntax.toml": ("[scenario\nworkers = 2\n", "not valid TOML"),
     "unknown.toml": ("[scenario]\nworkers = 2\nwrokers = 3\n", ":3: scenario.wrokers: unknown key"),
-    "value.toml": ("[scenario]\njobs = 1\nworkers = 0\n", ":3: scenario.workers: must be a whole number >= 1"),
+    "value.toml": (
+        "[scenario]\njobs = 1\nworkers = 0\n",
+        ":3: scenario.workers: must be a whole number >= 1",
+    ),
     "dist.toml": (
         "[scenario]\nduration = 'lognormal:x'\n",
         ":2: scenario.duration: cannot read distribution",
