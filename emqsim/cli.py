@@ -65,7 +65,10 @@ def seconds_or_zero(text: str) -> float:
     return seconds(text)
 
 
-def whole(low: int):
+MAX_COUNT = 10**9  # workers, jobs, concurrency, replications: far beyond any sweep that fits in memory
+
+
+def whole(low: int, high: int | None = None):
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -73,6 +76,8 @@ def whole(low: int):
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
         if value < low:
             raise argparse.ArgumentTypeError(f"{text!r} must be >= {low}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"{text!r} must be at most {high:,}")
         return value
 
     return parse
@@ -263,8 +268,8 @@ def build_parser() -> Parser:
     add_policy_flags(p, gridded=True)
     p.add_argument("--scenario", type=scenario_name, action="append", help="repeatable (default: all five)")
     p.add_argument("--config", type=existing_file, help="a TOML scenario file instead of --scenario")
-    p.add_argument("--replications", type=whole(1), default=30, help="runs per cell (default 30)")
-    p.add_argument("--jobs", type=whole(1), help="parallel processes (default: all cores)")
+    p.add_argument("--replications", type=whole(1, MAX_COUNT), default=30, help="runs per cell (default 30)")
+    p.add_argument("--jobs", type=whole(1, 4096), help="parallel processes (default: all cores)")
     p.add_argument("--dask", metavar="ADDRESS", help="run on a Dask scheduler ('local' for a LocalCluster)")
     p.add_argument(
         "--cache",
@@ -292,9 +297,9 @@ def build_parser() -> Parser:
     p.add_argument("--policy", choices=("lease", "timeout"), help="lease (default) or timeout")
     add_policy_flags(p, gridded=False)
     knobs = p.add_argument_group("scenario knobs")
-    knobs.add_argument("--workers", type=whole(1))
-    knobs.add_argument("--concurrency", type=whole(1))
-    knobs.add_argument("--job-count", type=whole(1), help="how many jobs")
+    knobs.add_argument("--workers", type=whole(1, MAX_COUNT))
+    knobs.add_argument("--concurrency", type=whole(1, MAX_COUNT))
+    knobs.add_argument("--job-count", type=whole(1, MAX_COUNT), help="how many jobs")
     knobs.add_argument("--duration", type=distribution, help="job work: 900, exp:60, lognormal:20:1.5, ...")
     knobs.add_argument(
         "--die-after", type=span, metavar="A[:B]", help="job 0's worker dies A (or U[A,B]) s in"
@@ -312,7 +317,7 @@ def build_parser() -> Parser:
         help="delete completed jobs from Redis (BullMQ's removeOnComplete): same results, Redis memory bounded "
         "by the jobs in flight (for big --job-count)",
     )
-    p.add_argument("--replications", type=whole(1), default=1)
+    p.add_argument("--replications", type=whole(1, MAX_COUNT), default=1)
     add_run_flags(p)
     add_work_flags(p)
 
@@ -325,7 +330,7 @@ def build_parser() -> Parser:
     p.add_argument(
         "--die-after", type=seconds_or_zero, default=1.0, help="when the fast worker dies (default 1)"
     )
-    p.add_argument("--replications", type=whole(1), default=20)
+    p.add_argument("--replications", type=whole(1, MAX_COUNT), default=20)
     add_run_flags(p)
     add_work_flags(p)
 

@@ -51,6 +51,7 @@ KEY_TYPES: dict[str, dict[str, Any]] = {
     },
 }  # fmt: skip
 MAX_FILE_BYTES = 10_000_000
+MAX_COUNT = 10**9  # workers, jobs, indexes: far beyond anything that fits in memory
 
 
 class _Located:
@@ -137,6 +138,8 @@ def _check_type(value: Any, kind: Any, name: str, where: _Located) -> None:
             raise where.error(name, f"must be a whole number, got {value!r}")
         if value < low:
             raise where.error(name, f"must be a whole number >= {low}, got {value!r}")
+        if value > MAX_COUNT:
+            raise where.error(name, f"must be at most {MAX_COUNT:,}, got {value!r}")
     elif kind == "seconds":
         if not _is_number(value) or not math.isfinite(value) or value < 0:
             raise where.error(name, f"must be a number of seconds >= 0, got {value!r}")

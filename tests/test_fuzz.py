@@ -120,6 +120,8 @@ SWEEP_CASES: list[list[str]] = (
         ["sweep", "extra"],
         ["sweep", "--lease"],
         ["sweep", "--scenario", "fast-dead", "--scenario", "nope"],
+        ["sweep", "--replications", "10000000000", "--yes"],
+        ["sweep", "--jobs", "5000"],
     ]
 )
 
@@ -155,6 +157,9 @@ RUN_CASES: list[list[str]] = (
         ["run", "--config", "missing.toml"],
         ["run", "--seed", "-4"],
         ["run", "--json", "extra"],
+        ["run", "--workers", "10000000000", "--yes"],  # beyond any count, even with --yes
+        ["run", "--job-count", str(2**70), "--yes"],
+        ["run", "--concurrency", "99999999999"],
     ]
 )
 
@@ -358,6 +363,8 @@ WHOLE_FILES: dict[str, str | bytes] = {
     "fault-job-beyond-jobs": "[scenario]\njobs = 1\n[[scenario.faults]]\nkind = 'crash'\njob = 5\n",
     "fault-worker-beyond-workers": "[scenario]\n[[scenario.faults]]\nkind = 'crash'\nworker = 3\nat = 1\n",
     "preset-unknown-setting": "[scenario]\n[policy]\nkind = 'bullmq'\nbeat = 3\n",
+    "huge-count": "[scenario]\nworkers = 10000000000\n",
+    "int64-count": f"[scenario]\njobs = {2**63 - 1}\n",
     "newline-in-value": '[scenario]\nworkers = 0\nname = "a\\nb"\n',
 }
 

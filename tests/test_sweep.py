@@ -364,8 +364,11 @@ def test_interrupted_executor_sweep_keeps_only_whole_cells(serial: SweepResult) 
     assert all(result.summaries[i] == serial.summaries[i] for i in kept)
 
 
-def test_interrupted_process_pool_returns_promptly(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ctrl-C while waiting on the pool: the pool is cancelled, the first finished cell is kept."""
+def test_interrupted_process_pool_returns_promptly(
+    monkeypatch: pytest.MonkeyPatch, serial: SweepResult
+) -> None:
+    """Ctrl-C while waiting on the pool: the pool is cancelled; the first finished cell is kept, and so is any
+    other whose result had already arrived when the interrupt was handled (how many depends on timing)."""
     real = sweep_module.as_completed
 
     def one_then_interrupt(futures: Any) -> Iterator[Future]:
@@ -376,5 +379,7 @@ def test_interrupted_process_pool_returns_promptly(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(sweep_module, "as_completed", one_then_interrupt)
     result = sweep(small_cells(), replications=1, jobs=2)
     assert not result.complete
-    assert len(result.rows) == 1  # one batch = one single-replication cell
-    assert sum(bool(s) for s in result.summaries) == 1
+    kept = [i for i, s in enumerate(result.summaries) if s]
+    assert len(kept) >= 1 and len(result.rows) == len(kept)  # one batch = one single-replication cell
+    single = sweep(small_cells(), replications=1)
+    assert result.rows == [single.rows[i] for i in kept]
