@@ -31,9 +31,10 @@ def _beyond(seconds: Any) -> ConfigError:
 
 def to_ms(seconds: float) -> int:
     """Seconds (float) to whole milliseconds, rounding half away from zero."""
-    if not abs(seconds) <= MAX_SECONDS:  # also refuses NaN
+    magnitude = abs(seconds)
+    if not magnitude <= MAX_SECONDS:  # also refuses NaN
         raise _beyond(seconds)
-    return int(math.floor(abs(seconds) * 1000 + 0.5)) * (1 if seconds >= 0 else -1)
+    return int(math.floor(magnitude * 1000 + 0.5)) * (1 if seconds >= 0 else -1)
 
 
 def to_ms_array(seconds: np.ndarray) -> np.ndarray:
