@@ -636,6 +636,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ignore_further_interrupts() -> None:
+    """After a Ctrl-C the process only reports and exits: another Ctrl-C must not turn the exit status 130
+    into death by signal."""
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class StopSignals:
     """Ctrl-C (SIGINT) and SIGTERM while a sweep runs: the first raises KeyboardInterrupt, so the sweep stops
     and keeps the cells that finished; any later one (a second, impatient Ctrl-C) is only noted, so it cannot
@@ -671,7 +680,9 @@ class StopSignals:
                 yield self
             finally:
                 for sig, handler in previous.items():
-                    signal.signal(sig, handler)
+                    # once stopping, the process only saves, reports and exits: a later Ctrl-C must not
+                    # kill it by signal on the way out (the exit status says 130 or 143, not -2)
+                    signal.signal(sig, signal.SIG_IGN if self.signum is not None else handler)
 
         return scope()
 
@@ -1098,6 +1109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"emqsim {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        _ignore_further_interrupts()
         print("emqsim: interrupted", file=sys.stderr)
         return 130
     except StdoutError as exc:

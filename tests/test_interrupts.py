@@ -97,8 +97,17 @@ ARGS = ("--replications", "60")
         [(signal.SIGINT, 0.0), (signal.SIGINT, 0.01), (signal.SIGINT, 0.01)],  # an impatient triple Ctrl-C
         [(signal.SIGTERM, 0.0)],
         [(signal.SIGTERM, 0.0), (signal.SIGINT, 0.2)],
+        [(signal.SIGINT, 0.0)]
+        + [(signal.SIGINT, 0.02)] * 150,  # Ctrl-C held down: hits every stage of exiting
     ],
-    ids=["ctrl-c", "ctrl-c-then-ctrl-c-1s-later", "quick-triple-ctrl-c", "sigterm", "sigterm-then-ctrl-c"],
+    ids=[
+        "ctrl-c",
+        "ctrl-c-then-ctrl-c-1s-later",
+        "quick-triple-ctrl-c",
+        "sigterm",
+        "sigterm-then-ctrl-c",
+        "ctrl-c-held-down",
+    ],  # fmt: skip
 )
 def test_signals_end_the_sweep_and_keep_the_finished_rows(tmp_path: Path, signals) -> None:
     proc = start_sweep(tmp_path, *ARGS)
