@@ -202,7 +202,13 @@ def missing_extra(extra: str) -> str | None:
     """None if the modules of `extra` import, else one line saying which extra to install."""
     from importlib.util import find_spec
 
-    missing = [module for module in EXTRAS[extra] if find_spec(module) is None]
+    def absent(module: str) -> bool:
+        try:
+            return find_spec(module) is None
+        except (ImportError, ValueError):  # ValueError: blocked in sys.modules (set to None)
+            return True
+
+    missing = [module for module in EXTRAS[extra] if absent(module)]
     if not missing:
         return None
     return f"needs the {extra!r} extra ({', '.join(missing)} missing): pip install 'emqsim[{extra}]'"
@@ -305,7 +311,10 @@ def build_parser() -> Parser:
     knobs.add_argument("--workers", type=whole(1), help="worker processes")
     knobs.add_argument("--concurrency", type=whole(1), help="jobs each worker runs at once")
     knobs.add_argument("--job-count", type=whole(1), help="how many jobs")
-    knobs.add_argument("--duration", type=distribution, help="job work: 900, exp:60, lognormal:20:1.5, empirical:1,2,5 or file:durations.csv "
+    knobs.add_argument(
+        "--duration",
+        type=distribution,
+        help="job work: 900, exp:60, lognormal:20:1.5, empirical:1,2,5 or file:durations.csv "
         "(measured seconds, one per line; see docs/durations.md)",
     )
     knobs.add_argument(
@@ -576,8 +585,46 @@ def format_table(rows: Sequence[dict[str, Any]], columns=TABLE_COLUMNS) -> str:
     return "\n".join(lines)
 
 
+PROVENANCE_LIBRARIES = ("simpy", "numpy", "scipy", "matplotlib")
+
+
+def provenance(args: argparse.Namespace, **fields: Any) -> dict[str, Any]:
+    """What produced a result: emqsim's version, the seed, `fields`, the command line, Python's and the
+    libraries' versions. A FILE.json written by --out carries it as top-level keys, a FILE.csv as its first
+    line (`--json` on stdout keeps only version, seed and replications, so equal runs print equal text)."""
+    import platform
+    import shlex
+    from importlib.metadata import PackageNotFoundError, version
+
+    from emqsim import __version__
+
+    libraries: dict[str, str | None] = {}
+    for name in PROVENANCE_LIBRARIES:
+        try:
+            libraries[name] = version(name)
+        except PackageNotFoundError:
+            libraries[name] = None
+    argv = getattr(args, "argv", None)
+    return {
+        "version": __version__,
+        "seed": getattr(args, "seed", None),
+        **fields,
+        "command": shlex.join(["emqsim", *argv]) if argv is not None else None,
+        "python": platform.python_version(),
+        "libraries": libraries,
+    }
+
+
+CSV_PROVENANCE_PREFIX = "# emqsim provenance: "
+
+
 def write_rows(path: Path, rows: list[dict[str, Any]], header: dict[str, Any]) -> None:
-    text = to_json(rows, **header) if path.suffix.lower() == ".json" else to_csv(rows)
+    """FILE.json: `{**header, "rows": [...]}`. FILE.csv: one comment line `# emqsim provenance: {JSON header}`,
+    then the rows (`pandas.read_csv(path, comment="#")` skips the comment)."""
+    if path.suffix.lower() == ".json":
+        text = to_json(rows, **header)
+    else:
+        text = CSV_PROVENANCE_PREFIX + json.dumps(header, separators=(", ", ": ")) + "\n" + to_csv(rows)
     write_atomically(path, text)
 
 
@@ -632,7 +679,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(format_table(rows))
         _print_paired(result, cells)
     if args.out:
-        write_rows(args.out, rows, header)
+        write_rows(args.out, rows, provenance(args, replications=args.replications))
     if args.plot and rows:
         from emqsim.plots import frontier, savefig
 
@@ -760,7 +807,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if reclaimed and kind == "slow":
             text += f" (at {row['reclaimed_after_mean']:.0f} s, in {row['reclaimed_fraction']:.0%} of runs)"
         elif reclaimed and row["detection_latency_mean"] > HOSTAGE_AFTER:
-            text = f"WRONG: held hostage, recovered only {row['detection_latency_mean']:.0f} s after the crash"
+            text = (
+                f"WRONG: held hostage, recovered only {row['detection_latency_mean']:.0f} s after the crash"
+            )
         elif reclaimed:
             text += f" {row['detection_latency_mean']:.0f} s after the crash"
         cells[(row["world"], row["rule"])] = text
@@ -784,6 +833,12 @@ def cmd_timeline(args: argparse.Namespace) -> int:
         scenario = standard(args.scenario)
     policy = single_policy(args)
     run = simulate(scenario, policy, args.seed)
+    if args.out and args.out.suffix.lower() == ".html":
+        from emqsim.timeline_html import write_timeline_html
+
+        write_timeline_html(run, args.out)
+        print(f"wrote {args.out}")
+        return 0
     if args.out:
         from emqsim.plots import savefig, timeline
 
@@ -879,7 +934,11 @@ def cmd_examples(args: argparse.Namespace) -> int:
     examples = example_files()
     for name, path in examples.items():
         about = next(
-            (line.lstrip("# ").strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()),
+            (
+                line.lstrip("# ").strip()
+                for line in path.read_text(encoding="utf-8").splitlines()
+                if line.strip()
+            ),
             "",
         )
         print(f"{name}\n{_indented(about)}\n  {path}")
@@ -911,7 +970,9 @@ COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # the command line, for the provenance written with results
     if args.command == "live":
         from emqsim.live import main_live
 
