@@ -388,7 +388,8 @@ def build_parser() -> Parser:
 
     live_help = "run the lease protocol on a real Redis with real processes"
     if missing_extra("live"):  # the subcommand stays; running it (even --help) names the extra to install
-        sub.add_parser("live", help=f"{live_help} (pip install 'emqsim[live]')", parser_class=MissingExtra)
+        p = sub.add_parser("live", help=f"{live_help} (pip install 'emqsim[live]')", add_help=False)
+        p.__class__ = MissingExtra  # same state as a Parser; parsing anything names the extra
     else:
         from emqsim.live import add_live_arguments
 

@@ -27,7 +27,7 @@ from matplotlib.collections import LineCollection, PatchCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, LogFormatterSciNotation
 
 from emqsim.records import DUPLICATE_COMPLETION, Attempt, Run
 
@@ -805,76 +805,97 @@ def frontier(
             for r in rows
             if r.get("detection_latency_mean") is not None and r.get("false_reclaim_rate") is not None
         ]
-        curve = sorted(
-            (r for r in usable if _is_timeout(r) and r.get("policy") == "timeout"), key=lambda r: r["timeout"]
-        )
-        points = [r for r in usable if not (_is_timeout(r) and r.get("policy") == "timeout")]
-        if curve:
-            xs = [r["detection_latency_mean"] for r in curve]
-            ys = [r["false_reclaim_rate"] for r in curve]
-            xerr = np.array(
-                [_err(r["detection_latency_mean"], r.get("detection_latency_mean_ci")) for r in curve]
-            ).T
-            yerr = np.array([_err(r["false_reclaim_rate"], r.get("false_reclaim_rate_ci")) for r in curve]).T
-            ax.errorbar(
-                xs,
-                ys,
-                xerr=xerr,
-                yerr=yerr,
-                color=_C["orange"],
-                marker="o",
-                markersize=5,
-                lw=1.8,
-                capsize=2.5,
-                elinewidth=0.9,
-                label="fixed timeout (one point per timeout)",
-                zorder=3,
+        # One timeout curve per scenario; with several scenarios each has its own colour and every label
+        # names its scenario (rows of different scenarios would otherwise share labels in the legend).
+        scenarios = list(dict.fromkeys(str(r.get("scenario", "")) for r in usable))
+        many = len(scenarios) > 1
+        lease_colours = [_C["blue"], _C["green"], _C["purple"], _C["vermillion"], _C["sky"], _C["black"]]
+        scenario_colours = [_C["orange"], *lease_colours]
+        markers = ["s", "D", "^", "v", "P", "h", "o", "<"]  # 6 or 7 colours x 8 markers: distinct styles
+        seen_labels: set[str] = set()
+        point_index = 0
+        for si, scenario in enumerate(scenarios):
+            mine = [r for r in usable if str(r.get("scenario", "")) == scenario]
+            prefix = f"{scenario}: " if many else ""
+            curve_colour = scenario_colours[si % len(scenario_colours)] if many else _C["orange"]
+            curve = sorted(
+                (r for r in mine if _is_timeout(r) and r.get("policy") == "timeout"), key=lambda r: r["timeout"]
             )
-            if annotate:
-                for r, x, y_ in zip(curve, xs, ys, strict=True):
+            points = [r for r in mine if not (_is_timeout(r) and r.get("policy") == "timeout")]
+            if curve:
+                xs = [r["detection_latency_mean"] for r in curve]
+                ys = [r["false_reclaim_rate"] for r in curve]
+                xerr = np.array(
+                    [_err(r["detection_latency_mean"], r.get("detection_latency_mean_ci")) for r in curve]
+                ).T
+                yerr = np.array([_err(r["false_reclaim_rate"], r.get("false_reclaim_rate_ci")) for r in curve]).T
+                ax.errorbar(
+                    xs,
+                    ys,
+                    xerr=xerr,
+                    yerr=yerr,
+                    color=curve_colour,
+                    marker="o",
+                    markersize=5,
+                    lw=1.8,
+                    capsize=2.5,
+                    elinewidth=0.9,
+                    label=prefix + "fixed timeout (one point per timeout)",
+                    zorder=3,
+                )
+                if annotate:
+                    for r, x, y_ in zip(curve, xs, ys, strict=True):
+                        ax.annotate(
+                            f"T={r['timeout']:g} s",
+                            (x, y_),
+                            xytext=(6, 5),
+                            textcoords="offset points",
+                            fontsize=7.5,
+                            color=curve_colour,
+                        )
+            colours = list(lease_colours)
+            if not curve and not many:
+                colours.insert(1, _C["orange"])  # orange is the timeout curve's colour when there is one
+            for i, r in enumerate(points):
+                index = point_index if not many else i
+                colour = curve_colour if many else colours[index % len(colours)]
+                x, y_ = r["detection_latency_mean"], r["false_reclaim_rate"]
+                xe = np.array([_err(x, r.get("detection_latency_mean_ci"))]).T
+                ye = np.array([_err(y_, r.get("false_reclaim_rate_ci"))]).T
+                label = (
+                    prefix
+                    + policy_label(r)
+                    + (f", scan {r['scan']:g} s" if r.get("scan") is not None and not r.get("label") else "")
+                )
+                ax.errorbar(
+                    [x],
+                    [y_],
+                    xerr=xe,
+                    yerr=ye,
+                    color=colour,
+                    marker=markers[index % len(markers)],
+                    markersize=7,
+                    linestyle="none",
+                    capsize=2.5,
+                    elinewidth=0.9,
+                    label=label if label not in seen_labels else "_nolegend_",
+                    zorder=4,
+                )
+                seen_labels.add(label)
+                if annotate_points and r.get("label"):
                     ax.annotate(
-                        f"T={r['timeout']:g} s",
+                        str(r["label"]),
                         (x, y_),
-                        xytext=(6, 5),
+                        xytext=(5, 6 + 9 * (index % 2)),
                         textcoords="offset points",
                         fontsize=7.5,
-                        color=_C["orange"],
+                        color=colour,
                     )
-        lease_colours = [_C["blue"], _C["green"], _C["purple"], _C["vermillion"], _C["sky"], _C["black"]]
-        if not curve:
-            lease_colours.insert(1, _C["orange"])  # orange is the timeout curve's colour when there is one
-        markers = ["s", "D", "^", "v", "P", "h", "o", "<"]  # 6 or 7 colours x 8 markers: distinct styles
-        for i, r in enumerate(points):
-            x, y_ = r["detection_latency_mean"], r["false_reclaim_rate"]
-            xe = np.array([_err(x, r.get("detection_latency_mean_ci"))]).T
-            ye = np.array([_err(y_, r.get("false_reclaim_rate_ci"))]).T
-            ax.errorbar(
-                [x],
-                [y_],
-                xerr=xe,
-                yerr=ye,
-                color=lease_colours[i % len(lease_colours)],
-                marker=markers[i % len(markers)],
-                markersize=7,
-                linestyle="none",
-                capsize=2.5,
-                elinewidth=0.9,
-                label=policy_label(r)
-                + (f", scan {r['scan']:g} s" if r.get("scan") is not None and not r.get("label") else ""),
-                zorder=4,
-            )
-            if annotate_points and r.get("label"):
-                ax.annotate(
-                    str(r["label"]),
-                    (x, y_),
-                    xytext=(5, 6 + 9 * (i % 2)),
-                    textcoords="offset points",
-                    fontsize=7.5,
-                    color=lease_colours[i % len(lease_colours)],
-                )
+                point_index += 1
         if logx:
             ax.set_xscale("log")
-            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.xaxis.set_major_formatter(PlainLogFormatter())
+            ax.xaxis.set_minor_formatter(PlainLogFormatter(labelOnlyBase=False))
         ax.set_yscale("symlog", linthresh=linthresh, linscale=0.6)
         ax.set_ylim(bottom=-linthresh * 0.15)
         ax.yaxis.set_major_formatter(FuncFormatter(_rate_fmt))
@@ -884,6 +905,14 @@ def frontier(
         ax.legend(loc="upper right")
         ax.set_title(title or "Detection speed against false reclaims", loc="left")
     return ax
+
+
+class PlainLogFormatter(LogFormatterSciNotation):
+    """Log-axis tick labels as plain numbers (`40`, `0.5`, `1000`) rather than `4x10^1`; matplotlib still
+    decides which ticks get a label (minor ticks only when the axis spans less than about a decade)."""
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        return f"{x:g}" if super().__call__(x, pos) else ""
 
 
 def _rate_fmt(v: float, _: Any) -> str:
