@@ -125,7 +125,8 @@ def two_column_runs(seed: int = SEED) -> dict[tuple[str, str], Run]:
 
 
 # -- figures ------------------------------------------------------------------------------------------------
-def _save(fig: mpl.figure.Figure, out: Path, name: str, png: bool) -> list[Path]:
+def _save(fig: mpl.figure.Figure | mpl.figure.SubFigure, out: Path, name: str, png: bool) -> list[Path]:
+    fig = fig if isinstance(fig, mpl.figure.Figure) else fig.figure
     paths = [plots.savefig(fig, out / f"{name}.svg")]
     if png:
         paths.append(plots.savefig(fig, out / f"{name}.png", dpi=110))
@@ -236,7 +237,7 @@ def frontier_caption(rows: list[dict[str, Any]], seed: int) -> str:
 def _latency_cdf(out: Path, quick: bool, processes: int) -> list[Path]:
     die_within = 50.0
     scenario = crash_scenario(jobs=20 if quick else 40, die_within=die_within)
-    setups = {
+    setups: dict[str, tuple[str, float, Any, float]] = {
         "lease 10 s, beat 3 s, sweep 2 s": ("lease", 10, 3, 2),
         "lease 30 s, beat 10 s, sweep 5 s": ("lease", 30, 10, 5),
         "timeout 120 s, scan 5 s": ("timeout", 120, None, 5),

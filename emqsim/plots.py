@@ -24,9 +24,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection, PatchCollection
-from matplotlib.figure import Figure
+from matplotlib.figure import Figure, SubFigure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
+from matplotlib.rcsetup import cycler
 from matplotlib.ticker import FuncFormatter, LogFormatterSciNotation
 
 from emqsim.records import DUPLICATE_COMPLETION, Attempt, Run
@@ -62,14 +63,14 @@ OKABE_ITO = {
 SERIES = tuple(OKABE_ITO[k] for k in ("blue", "orange", "green", "vermillion", "purple", "sky", "black"))
 GREY = "#8C8C8C"
 
-RC: dict[str, Any] = {
+RC: dict[Any, Any] = {
     "font.family": "DejaVu Sans",
     "font.size": 9,
     "axes.titlesize": 10,
     "axes.labelsize": 9,
     "axes.spines.top": False,
     "axes.spines.right": False,
-    "axes.prop_cycle": mpl.cycler(color=list(SERIES)),
+    "axes.prop_cycle": cycler(color=list(SERIES)),
     "legend.fontsize": 8,
     "legend.frameon": False,
     "figure.dpi": 100,
@@ -82,9 +83,11 @@ RC: dict[str, Any] = {
 _CREATOR = "emqsim (https://matplotlib.org)"
 
 
-def savefig(fig: Figure, path: str | os.PathLike, *, dpi: int = 150) -> Path:
+def savefig(fig: Figure | SubFigure, path: str | os.PathLike, *, dpi: int = 150) -> Path:
     """Save `fig` as SVG, PNG or PDF (by suffix) with fixed metadata and id salt, so regenerating an unchanged
-    figure gives identical bytes; an existing file with the same bytes is left untouched."""
+    figure gives identical bytes; an existing file with the same bytes is left untouched. A subfigure saves the
+    whole figure it belongs to."""
+    fig = fig if isinstance(fig, Figure) else fig.figure
     path = Path(path)
     fmt = path.suffix.lower().lstrip(".")
     metadata: dict[str, Any]
@@ -161,13 +164,13 @@ def verdict(run: Run, *, slow_after: float = 120.0) -> Verdict:
     attempts = run.attempts
     false = [a for a in attempts if a.false_reclaim]
     if false:
-        first = min(false, key=_reclaim_time)
+        first = min(false, key=lambda a: _reclaim_time(a) or 0.0)  # a false reclaim has a time
         same = [a for a in attempts if a.job == first.job]
         ran = sum(a.started_at is not None for a in same)
-        parts = [f"wrongly reclaimed at {clock(_reclaim_time(first))}", f"ran {_times(ran)}"]
-        done = sum(a.finish_result == "accepted" for a in same)
-        if done > 1:
-            parts.append(f"completed {_times(done)}")
+        parts = [f"wrongly reclaimed at {clock(_reclaim_time(first) or 0.0)}", f"ran {_times(ran)}"]
+        completions = sum(a.finish_result == "accepted" for a in same)
+        if completions > 1:
+            parts.append(f"completed {_times(completions)}")
         if any(a.finish_result not in (None, "accepted") for a in same):
             parts.append("stale finish rejected")
         if len(false) > 1:
@@ -178,7 +181,7 @@ def verdict(run: Run, *, slow_after: float = 120.0) -> Verdict:
         found = [a.detection_latency for a in dead if a.detection_latency is not None]
         lost = [a for a in dead if a.detection_latency is None]
         if lost:
-            held = max(run.end - a.died_at for a in lost)
+            held = max(run.end - died for a in lost if (died := a.died_at) is not None)
             return Verdict(f"never recovered: held {held:.0f} s until the run stopped", False)
         if len(found) == 1:
             text = f"recovered {found[0]:.0f} s after the crash"
@@ -188,11 +191,11 @@ def verdict(run: Run, *, slow_after: float = 120.0) -> Verdict:
     done = [a for a in attempts if a.finish_result == "accepted"]
     dup = sum(a.outcome == DUPLICATE_COMPLETION for a in attempts)
     if len(done) == 1 and not dup:
-        return Verdict(f"never reclaimed, finished once at {clock(done[0].finish_applied_at)}", True)
+        return Verdict(f"never reclaimed, finished once at {clock(done[0].finish_applied_at or 0.0)}", True)
     return Verdict(f"{len(done)} finishes, {dup} duplicates, no reclaim", dup == 0)
 
 
-def _reclaim_time(a: Attempt) -> float:
+def _reclaim_time(a: Attempt) -> float | None:
     return a.reclaimed_at if a.reclaimed_at is not None else a.failed_at
 
 
@@ -479,13 +482,13 @@ def _draw_timeline(
             r = y + row_of[i]
             centre = r + 0.36
             ypos[id(s.attempt)] = centre
-            for a, b, kind in s.segments:
-                bars[kind].append((a, r + 0.14, b - a, 0.44))
-            for a, b, _ in s.locks:
-                lock_rects.append((a, r + 0.66, b - a, 0.16))
+            for x0, x1, kind in s.segments:
+                bars[kind].append((x0, r + 0.14, x1 - x0, 0.44))
+            for x0, x1, _ in s.locks:
+                lock_rects.append((x0, r + 0.66, x1 - x0, 0.16))
             if s.deadline is not None:
-                a, b, _ = s.deadline
-                deadline_rects.append((a, r + 0.66, b - a, 0.16))
+                x0, x1, _ = s.deadline
+                deadline_rects.append((x0, r + 0.66, x1 - x0, 0.16))
             tick_segs.extend([((t, r + 0.6), (t, r + 0.88)) for t in s.renewals])
             refused_pts.extend([(t, r + 0.74) for t in s.refused])
         y = bottom + gap
@@ -504,8 +507,8 @@ def _draw_timeline(
         used.add("sweep")
         quiet = [s.time for s in sweeps if not (s.reclaimed or s.failed)]
         if len(quiet) <= max_sweep_lines:
-            for t in quiet:
-                ax.axvline(t, color=GREY, lw=0.6, alpha=0.55, zorder=0.5)
+            for q in quiet:
+                ax.axvline(q, color=GREY, lw=0.6, alpha=0.55, zorder=0.5)
         else:
             ax.plot(
                 quiet,
@@ -519,9 +522,9 @@ def _draw_timeline(
                 alpha=0.7,
                 clip_on=False,
             )
-        for s in sweeps:
-            if s.reclaimed or s.failed:
-                ax.axvline(s.time, color="black", lw=0.9, ls=(0, (4, 2)), alpha=0.8, zorder=0.6)
+        for sweep in sweeps:
+            if sweep.reclaimed or sweep.failed:
+                ax.axvline(sweep.time, color="black", lw=0.9, ls=(0, (4, 2)), alpha=0.8, zorder=0.6)
 
     # Jobs, locks, timeout clocks, heartbeats.
     _rects(ax, bars["running"], facecolor=_C["blue"], edgecolor="none", zorder=2)
@@ -556,7 +559,7 @@ def _draw_timeline(
     for a in run.attempts:
         by_job.setdefault(a.job, {})[a.attempt] = a
     arrows = 0
-    width_pt = ax.get_position().width * ax.figure.get_figwidth() * 72
+    width_pt = ax.get_position().width * ax.figure.get_figwidth() * 72  # type: ignore[union-attr]
     for s in shapes:
         a = s.attempt
         yc = ypos[id(a)]
@@ -819,7 +822,8 @@ def frontier(
             prefix = f"{scenario}: " if many else ""
             curve_colour = scenario_colours[si % len(scenario_colours)] if many else _C["orange"]
             curve = sorted(
-                (r for r in mine if _is_timeout(r) and r.get("policy") == "timeout"), key=lambda r: r["timeout"]
+                (r for r in mine if _is_timeout(r) and r.get("policy") == "timeout"),
+                key=lambda r: r["timeout"],
             )
             points = [r for r in mine if not (_is_timeout(r) and r.get("policy") == "timeout")]
             if curve:
@@ -828,7 +832,9 @@ def frontier(
                 xerr = np.array(
                     [_err(r["detection_latency_mean"], r.get("detection_latency_mean_ci")) for r in curve]
                 ).T
-                yerr = np.array([_err(r["false_reclaim_rate"], r.get("false_reclaim_rate_ci")) for r in curve]).T
+                yerr = np.array(
+                    [_err(r["false_reclaim_rate"], r.get("false_reclaim_rate_ci")) for r in curve]
+                ).T
                 ax.errorbar(
                     xs,
                     ys,
@@ -980,7 +986,7 @@ def latency_cdf(
             if label in means:
                 ax.plot([means[label]], [0.5], marker="|", markersize=14, color=colour, mew=2)
         handles, _ = ax.get_legend_handles_labels()
-        extra = []
+        extra: list[Any] = []
         if bounds:
             extra.append(Patch(facecolor=GREY, alpha=0.25, label="theoretical range"))
         if theory:
@@ -1006,7 +1012,7 @@ def _legend(ax: Axes, handles: list[Any], loc: str) -> None:
     if loc == "outside":
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     else:
-        ax.legend(handles=handles, loc=loc)
+        ax.legend(handles=handles, loc=loc)  # type: ignore[call-overload]
 
 
 # -- heatmap --------------------------------------------------------------------------------------------------
@@ -1106,7 +1112,7 @@ def freeze_curve(
     *,
     x: str = "freeze",
     group: str = "label",
-    theory: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
+    theory: Mapping[str, tuple[Sequence[float] | np.ndarray, Sequence[float]]] | None = None,
     marks: Mapping[str, float] | None = None,
     title: str | None = None,
     legend_loc: str = "best",

@@ -98,7 +98,7 @@ def run_sweep(
     for index, cell in enumerate(cells):
         hit = _load(cache, cell.key(seed, replications, version)) if cache else None
         if hit is not None and [s.replication for s in hit] == list(range(replications)):
-            per_cell[index] = hit
+            per_cell[index] = hit  # type: ignore[assignment]
             cached += 1
             continue
         todo.extend((index, cell.scenario, cell.policy, seed, rep) for rep in range(replications))
@@ -140,7 +140,8 @@ def run_sweep(
         if own_pool is not None:
             own_pool.shutdown()
 
-    rows, kept = [], []
+    rows: list[dict[str, Any]] = []
+    kept: list[list[RunSummary]] = []
     for cell, summaries in zip(cells, per_cell, strict=True):
         if any(s is None for s in summaries):
             kept.append([])
@@ -176,4 +177,4 @@ def _load(cache: Path, key: str) -> list[RunSummary] | None:
 
 def _store(cache: Path, key: str, summaries: Sequence[RunSummary | None]) -> None:
     cache.mkdir(parents=True, exist_ok=True)
-    write_atomically(cache / f"{key}.json", json.dumps([asdict(s) for s in summaries], allow_nan=False))
+    write_atomically(cache / f"{key}.json", json.dumps([asdict(s) for s in summaries], allow_nan=False))  # type: ignore[arg-type]

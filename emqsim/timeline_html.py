@@ -43,7 +43,7 @@ def timeline_data(run: Run) -> dict[str, Any]:
 
     # Attempts: a bar from the take to the attempt's end, packed into rows so overlapping takes do not hide
     # each other (a worker with concurrency > 1 runs several at once).
-    attempts = []
+    attempts: list[dict[str, Any]] = []
     rows_end: dict[int, list[float]] = {w: [] for w in workers}
     for a in sorted(run.attempts, key=lambda a: (a.taken_at, a.job, a.attempt)):
         ends = [t for t in (a.finish_applied_at, a.reclaimed_at, a.failed_at, a.stopped_at) if t is not None]
@@ -97,17 +97,17 @@ def timeline_data(run: Run) -> dict[str, Any]:
     faults: list[dict[str, Any]] = []
     opened: dict[tuple[int, str], dict[str, Any]] = {}
     closers = {closer: opener for opener, (closer, _) in STATE_SPANS.items()}
-    for e in sorted(run.worker_events, key=lambda e: e.time):
-        record = _record(e)
-        if e.kind in STATE_SPANS:
-            span = {"worker": e.worker, "start": e.time, "end": run.end, "state": STATE_SPANS[e.kind][1]}
+    for w in sorted(run.worker_events, key=lambda w: w.time):
+        record = _record(w)
+        if w.kind in STATE_SPANS:
+            span = {"worker": w.worker, "start": w.time, "end": run.end, "state": STATE_SPANS[w.kind][1]}
             span["record"] = record
-            opened[(e.worker, e.kind)] = span
+            opened[(w.worker, w.kind)] = span
             spans.append(span)
-        elif e.kind in closers and (e.worker, closers[e.kind]) in opened:
-            opened.pop((e.worker, closers[e.kind]))["end"] = e.time
-        if e.kind != "start":
-            faults.append({"worker": e.worker, "time": e.time, "kind": e.kind, "record": record})
+        elif w.kind in closers and (w.worker, closers[w.kind]) in opened:
+            opened.pop((w.worker, closers[w.kind]))["end"] = w.time
+        if w.kind != "start":
+            faults.append({"worker": w.worker, "time": w.time, "kind": w.kind, "record": record})
 
     sweeps = [{"time": s.time, "record": _record(s)} for s in run.sweeps]
     rows = {w: max(1, len(rows_end[w])) for w in workers}

@@ -141,7 +141,9 @@ def test_compare_agrees_with_the_figure(capsys):
 
     code, out, _ = run_cli(capsys, "compare", "--replications", "2")
     assert code == 0
-    rows = {line.split("  ")[0].strip(): line for line in out.splitlines() if line.startswith(("slow", "fast"))}
+    rows = {
+        line.split("  ")[0].strip(): line for line in out.splitlines() if line.startswith(("slow", "fast"))
+    }
     assert "WRONG: held hostage" in rows["fast-but-dead"] and "right: recovered" in rows["fast-but-dead"]
     held = simulate(standard("fast-dead", die_after=1.0), TimeoutPolicy(600, 5), seed=0)
     assert held.attempts[0].detection_latency > HOSTAGE_AFTER and not verdict(held).good  # the figure: wrong
@@ -320,4 +322,3 @@ def _has_module(name: str) -> bool:
     from importlib.util import find_spec
 
     return find_spec(name) is not None
-
