@@ -945,7 +945,8 @@ def cmd_examples(args: argparse.Namespace) -> int:
             "",
         )
         print(f"{name}\n{_indented(about)}\n  {path}")
-    print(f"\nuse one with --config NAME (e.g. --config {next(iter(examples))}); copy a file to change it")
+    example = "gc-pauses" if "gc-pauses" in examples else next(iter(examples))
+    print(f"\nuse one with --config NAME (e.g. --config {example}); copy a file to change it")
     return 0
 
 

@@ -141,7 +141,7 @@ def timeline_data(run: Run) -> dict[str, Any]:
 def _policy_text(policy: dict[str, Any]) -> str:
     name = policy.get("policy", "policy")
     settings = ", ".join(
-        f"{k} {v:g} s" for k, v in policy.items() if isinstance(v, int | float) and k != "seed"
+        f"{k} {policy[k]:g} s" for k in ("lease", "beat", "scan", "timeout") if policy.get(k) is not None
     )
     return f"{name} ({settings})" if settings else str(name)
 
@@ -237,7 +237,8 @@ _SCRIPT = r"""
   const s = D.summary;
   document.getElementById("summary").textContent =
     `${s.jobs} jobs, ${s.attempts} attempts, ${s.reclaims} reclaims (${s.false_reclaims} false), ` +
-    `${s.requests} requests to Redis; ended by ${s.ended_by} at ${fmt(s.end)} s.`;
+    `${s.requests} requests to Redis; ` +
+    (s.ended_by === "done" ? `every job settled by ${fmt(s.end)} s.` : `stopped at the horizon, ${fmt(s.end)} s.`);
 
   // Lanes: sweeps on top, then one per worker, as tall as the attempts it ran at once.
   const lanes = [];
