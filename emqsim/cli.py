@@ -36,7 +36,8 @@ examples:
   python -m emqsim run --scenario frozen --freeze-after 5 --freeze-for 40 --lease 30 --beat 10
   python -m emqsim compare
   python -m emqsim timeline --scenario fast-dead --policy lease --out run.html
-  python -m emqsim run --config gc-pauses --duration file:durations.csv
+  python -m emqsim run --config measured-durations
+  python -m emqsim run --scenario production --duration file:durations.csv
   python -m emqsim examples
   python -m emqsim presets
 """

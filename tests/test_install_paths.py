@@ -126,11 +126,15 @@ def test_base_install(installed):
     paths = [Path(line.strip()) for line in listing.splitlines() if line.strip().endswith(".toml")]
     assert {p.name for p in paths} >= {"gc-pauses.toml", "dying-fleet.toml", "celery-long-tasks.toml"}
     assert all(p.is_file() and "site-packages" in p.parts for p in paths)
-    for config in ("gc-pauses", "emqsim/examples/gc-pauses.toml"):  # a name, and the README's checkout path
+    for config in (
+        "gc-pauses",
+        "emqsim/examples/gc-pauses.toml",
+        "measured-durations",
+    ):  # + its durations.csv
         run = sh(
             [python, "-m", "emqsim", "run", "--config", config, "--job-count", "20", "--json"], cwd=where
         )
-        assert json.loads(ok(run))["rows"][0]["scenario"] == "gc-pauses"
+        assert json.loads(ok(run))["rows"][0]["scenario"] == Path(config).name.removesuffix(".toml")
 
 
 def notebook_imports(path: Path) -> set[str]:

@@ -98,6 +98,15 @@ def test_config_takes_an_example_by_name(capsys, tmp_path, monkeypatch, given):
     assert json.loads(out)["rows"][0]["scenario"] == "gc-pauses"
 
 
+def test_shipped_durations_example(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # its durations.csv is found beside the TOML file, not in the current folder
+    code, out, err = run_cli(capsys, "run", "--config", "measured-durations", "--job-count", "30", "--json")
+    assert code == 0, err
+    assert json.loads(out)["rows"][0]["scenario"] == "measured-durations"
+    scenario, _ = load_config(example_files()["measured-durations"])
+    assert isinstance(scenario.duration, Empirical) and len(scenario.duration.values) == 200
+
+
 def test_config_unknown_name_lists_the_examples(capsys):
     code, _, err = run_cli(capsys, "run", "--config", "gc-pause")
     assert code == 2 and err.count("\n") == 1
