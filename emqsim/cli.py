@@ -39,7 +39,10 @@ examples:
   python -m emqsim sweep --preset bullmq --out results.csv --plot frontier.png
   python -m emqsim run --scenario frozen --freeze-after 5 --freeze-for 40 --lease 30 --beat 10
   python -m emqsim compare
-  python -m emqsim timeline --scenario fast-dead --policy lease --out timeline.png
+  python -m emqsim timeline --scenario fast-dead --policy lease --out run.html
+  python -m emqsim run --config measured-durations
+  python -m emqsim run --scenario production --duration file:durations.csv
+  python -m emqsim examples
   python -m emqsim presets
 """
 
@@ -199,6 +202,65 @@ def writable_folder(what: str):
     return parse
 
 
+CONFIG_HELP = (
+    "a TOML scenario file instead of --scenario: a path, or the name of a shipped example such as "
+    "gc-pauses (list them with `emqsim examples`)"
+)
+
+
+def example_files() -> dict[str, Path]:
+    """The example scenario files installed with the package, by name (`gc-pauses` -> .../gc-pauses.toml)."""
+    from importlib.resources import files
+
+    folder = files("emqsim") / "examples"
+    return {
+        entry.name.removesuffix(".toml"): Path(str(entry))
+        for entry in sorted(folder.iterdir(), key=lambda e: e.name)
+        if entry.name.endswith(".toml")
+    }
+
+
+def config_file(text: str) -> Path:
+    """A scenario file: an existing path, or a shipped example's name (`gc-pauses` or `gc-pauses.toml`)."""
+    path = Path(text)
+    if path.is_file():
+        return path
+    examples = example_files()
+    name = text.removesuffix(".toml")
+    if "/" not in text and name in examples:
+        return examples[name]
+    if path.name.removesuffix(".toml") in examples and path.parts[-2:-1] == ("examples",):
+        return examples[path.name.removesuffix(".toml")]  # emqsim/examples/X.toml outside a checkout
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a readable file or an example name; check the path, or give one of: "
+        f"{', '.join(examples)} (see `emqsim examples`)"
+    )
+
+
+# Optional features and the modules they need; `missing_extra` names what to install before any work starts.
+EXTRAS = {
+    "live": ("redis",),
+    "notebooks": ("nbformat", "nbclient", "ipykernel"),
+    "dask": ("dask", "distributed"),
+}
+
+
+def missing_extra(extra: str) -> str | None:
+    """None if the modules of `extra` import, else one line saying which extra to install."""
+    from importlib.util import find_spec
+
+    def absent(module: str) -> bool:
+        try:
+            return find_spec(module) is None
+        except (ImportError, ValueError):  # ValueError: blocked in sys.modules (set to None)
+            return True
+
+    missing = [module for module in EXTRAS[extra] if absent(module)]
+    if not missing:
+        return None
+    return f"needs the {extra!r} extra ({', '.join(missing)} missing): pip install 'emqsim[{extra}]'"
+
+
 def existing_file(text: str) -> Path:
     path = Path(text)
     if not path.is_file():
@@ -215,12 +277,23 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+class MissingExtra(Parser):
+    """The parser of a subcommand whose extra is not installed: any use, `--help` included, is one line
+    naming the extra to install, and exit status 2."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> NoReturn:  # type: ignore[override]
+        command = self.prog.split()[-1]
+        message = missing_extra(command) or f"needs the {command!r} extra"
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def add_policy_flags(p: argparse.ArgumentParser, gridded: bool) -> None:
     kind = grid if gridded else seconds
     g = p.add_argument_group("policy settings (seconds)")
-    g.add_argument("--lease", type=kind, help="lock lease (PX); a grid: 10,20,30 or 10:60:10 (default 30)")
-    g.add_argument("--beat", type=kind, help="heartbeat period (default lease/3)")
-    g.add_argument("--scan", type=kind, help="sweep/reaper interval (default 5)")
+    several = "; a grid: 10,20,30 or 10:60:10" if gridded else ""
+    g.add_argument("--lease", type=kind, help=f"lock lease (PX){several} (default 30)")
+    g.add_argument("--beat", type=kind, help=f"heartbeat period{several} (default lease/3)")
+    g.add_argument("--scan", type=kind, help=f"sweep/reaper interval{several} (default 5)")
     g.add_argument(
         "--timeout",
         type=timeouts if gridded else seconds,
@@ -261,13 +334,13 @@ def build_parser() -> Parser:
         "sweep",
         help="the main job: standard scenarios under the lease and a range of timeouts, one table",
         description="Run the standard scenarios under the lease policy and under the timeout policy at a range "
-        "of timeouts, with replications, and print one table with 95%% confidence intervals.",
+        "of timeouts, with replications, and print one table with 95% confidence intervals.",
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_policy_flags(p, gridded=True)
     p.add_argument("--scenario", type=scenario_name, action="append", help="repeatable (default: all five)")
-    p.add_argument("--config", type=existing_file, help="a TOML scenario file instead of --scenario")
+    p.add_argument("--config", type=config_file, help=CONFIG_HELP)
     p.add_argument("--replications", type=whole(1, MAX_COUNT), default=30, help="runs per cell (default 30)")
     p.add_argument("--jobs", type=whole(1, 4096), help="parallel processes (default: all cores)")
     p.add_argument("--dask", metavar="ADDRESS", help="run on a Dask scheduler ('local' for a LocalCluster)")
@@ -293,14 +366,19 @@ def build_parser() -> Parser:
     p.add_argument(
         "--scenario", type=scenario_name, default="production", help="standard scenario to start from"
     )
-    p.add_argument("--config", type=existing_file, help="a TOML scenario file instead of --scenario")
-    p.add_argument("--policy", choices=("lease", "timeout"), help="lease (default) or timeout")
+    p.add_argument("--config", type=config_file, help=CONFIG_HELP)
+    p.add_argument("--policy", choices=("lease", "timeout"), help="detector to run (default lease)")
     add_policy_flags(p, gridded=False)
     knobs = p.add_argument_group("scenario knobs")
-    knobs.add_argument("--workers", type=whole(1, MAX_COUNT))
-    knobs.add_argument("--concurrency", type=whole(1, MAX_COUNT))
+    knobs.add_argument("--workers", type=whole(1, MAX_COUNT), help="worker processes")
+    knobs.add_argument("--concurrency", type=whole(1, MAX_COUNT), help="jobs each worker runs at once")
     knobs.add_argument("--job-count", type=whole(1, MAX_COUNT), help="how many jobs")
-    knobs.add_argument("--duration", type=distribution, help="job work: 900, exp:60, lognormal:20:1.5, ...")
+    knobs.add_argument(
+        "--duration",
+        type=distribution,
+        help="job work: 900, exp:60, lognormal:20:1.5, empirical:1,2,5 or file:durations.csv "
+        "(measured seconds, one per line; see docs/durations.md)",
+    )
     knobs.add_argument(
         "--die-after", type=span, metavar="A[:B]", help="job 0's worker dies A (or U[A,B]) s in"
     )
@@ -317,36 +395,51 @@ def build_parser() -> Parser:
         help="delete completed jobs from Redis (BullMQ's removeOnComplete): same results, Redis memory bounded "
         "by the jobs in flight (for big --job-count)",
     )
-    p.add_argument("--replications", type=whole(1, MAX_COUNT), default=1)
+    p.add_argument(
+        "--replications", type=whole(1, MAX_COUNT), default=1, help="runs, one seed stream each (default 1)"
+    )
     add_run_flags(p)
     add_work_flags(p)
 
     p = sub.add_parser("compare", help="the two columns: slow-but-alive vs fast-but-dead, timeout vs lease")
-    p.add_argument("--lease", type=seconds, default=30.0)
-    p.add_argument("--beat", type=seconds, default=10.0)
-    p.add_argument("--scan", type=seconds, default=5.0)
-    p.add_argument("--timeout", type=seconds, default=600.0)
+    p.add_argument("--lease", type=seconds, default=30.0, help="lock lease in seconds (default 30)")
+    p.add_argument("--beat", type=seconds, default=10.0, help="heartbeat period in seconds (default 10)")
+    p.add_argument("--scan", type=seconds, default=5.0, help="sweep/reaper interval in seconds (default 5)")
+    p.add_argument("--timeout", type=seconds, default=600.0, help="the reaper's fixed timeout (default 600)")
     p.add_argument("--slow-duration", type=seconds, default=900.0, help="the slow job's length (default 900)")
     p.add_argument(
         "--die-after", type=seconds_or_zero, default=1.0, help="when the fast worker dies (default 1)"
     )
-    p.add_argument("--replications", type=whole(1, MAX_COUNT), default=20)
+    p.add_argument("--replications", type=whole(1, MAX_COUNT), default=20, help="runs per cell (default 20)")
     add_run_flags(p)
     add_work_flags(p)
 
-    p = sub.add_parser("timeline", help="draw one scenario's timeline (PNG/SVG), or print it as text")
-    p.add_argument("--scenario", type=scenario_name, default="fast-dead")
-    p.add_argument("--config", type=existing_file)
-    p.add_argument("--policy", choices=("lease", "timeout"), help="lease (default) or timeout")
+    p = sub.add_parser(
+        "timeline", help="one scenario's timeline: an interactive HTML page, a PNG/SVG image, or text"
+    )
+    p.add_argument(
+        "--scenario", type=scenario_name, default="fast-dead", help="standard scenario (default fast-dead)"
+    )
+    p.add_argument("--config", type=config_file, help=CONFIG_HELP)
+    p.add_argument("--policy", choices=("lease", "timeout"), help="detector to run (default lease)")
     add_policy_flags(p, gridded=False)
-    p.add_argument("--out", type=output_path(".png", ".svg"), help="image file; without it, a text timeline")
-    p.add_argument("--seed", type=whole(0), default=0)
+    p.add_argument(
+        "--out",
+        type=output_path(".html", ".png", ".svg"),
+        help="FILE.html (one self-contained page: zoom, hover for each record), FILE.png or FILE.svg; "
+        "without it, a text timeline",
+    )
+    p.add_argument("--seed", type=whole(0), default=0, help="root seed (default 0)")
     add_work_flags(p)
 
     p = sub.add_parser("presets", help="list real systems' defaults and their sources")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the presets as JSON")
 
     p = sub.add_parser("scenarios", help="list the standard scenarios and their knobs")
+
+    p = sub.add_parser(
+        "examples", help="list the example scenario files shipped with emqsim and where they are installed"
+    )
 
     p = sub.add_parser("figures", help="regenerate every figure in figures/ from fixed seeds")
     p.add_argument(
@@ -354,16 +447,20 @@ def build_parser() -> Parser:
     )
     p.add_argument("--quick", action="store_true", help="fewer replications (for tests)")
 
-    p = sub.add_parser("grade", help="check an assignment notebook without nbgrader")
-    p.add_argument("notebook", type=existing_file)
+    p = sub.add_parser(
+        "grade", help="check an assignment notebook without nbgrader (pip install 'emqsim[notebooks]')"
+    )
+    p.add_argument("notebook", type=existing_file, help="the assignment notebook (.ipynb)")
     p.add_argument("--timeout", type=seconds, default=600.0, help="per-cell timeout (default 600)")
 
-    try:
+    live_help = "run the lease protocol on a real Redis with real processes"
+    if missing_extra("live"):  # the subcommand stays; running it (even --help) names the extra to install
+        p = sub.add_parser("live", help=f"{live_help} (pip install 'emqsim[live]')", add_help=False)
+        p.__class__ = MissingExtra  # same state as a Parser; parsing anything names the extra
+    else:
         from emqsim.live import add_live_arguments
-    except ImportError:  # the live mode needs the `redis` package: pip install emqsim[live]
-        add_live_arguments = None
-    if add_live_arguments is not None:
-        p = sub.add_parser("live", help="run the lease protocol on a real Redis with real processes")
+
+        p = sub.add_parser("live", help=live_help)
         add_live_arguments(p)
     return parser
 
@@ -560,8 +657,46 @@ def format_table(rows: Sequence[dict[str, Any]], columns=TABLE_COLUMNS) -> str:
     return "\n".join(lines)
 
 
+PROVENANCE_LIBRARIES = ("simpy", "numpy", "scipy", "matplotlib")
+
+
+def provenance(args: argparse.Namespace, **fields: Any) -> dict[str, Any]:
+    """What produced a result: emqsim's version, the seed, `fields`, the command line, Python's and the
+    libraries' versions. A FILE.json written by --out carries it as top-level keys, a FILE.csv as its first
+    line (`--json` on stdout keeps only version, seed and replications, so equal runs print equal text)."""
+    import platform
+    import shlex
+    from importlib.metadata import PackageNotFoundError, version
+
+    from emqsim import __version__
+
+    libraries: dict[str, str | None] = {}
+    for name in PROVENANCE_LIBRARIES:
+        try:
+            libraries[name] = version(name)
+        except PackageNotFoundError:
+            libraries[name] = None
+    argv = getattr(args, "argv", None)
+    return {
+        "version": __version__,
+        "seed": getattr(args, "seed", None),
+        **fields,
+        "command": shlex.join(["emqsim", *argv]) if argv is not None else None,
+        "python": platform.python_version(),
+        "libraries": libraries,
+    }
+
+
+CSV_PROVENANCE_PREFIX = "# emqsim provenance: "
+
+
 def write_rows(path: Path, rows: list[dict[str, Any]], header: dict[str, Any]) -> None:
-    text = to_json(rows, **header) if path.suffix.lower() == ".json" else to_csv(rows)
+    """FILE.json: `{**header, "rows": [...]}`. FILE.csv: one comment line `# emqsim provenance: {JSON header}`,
+    then the rows (`pandas.read_csv(path, comment="#")` skips the comment)."""
+    if path.suffix.lower() == ".json":
+        text = to_json(rows, **header)
+    else:
+        text = CSV_PROVENANCE_PREFIX + json.dumps(header, separators=(", ", ": ")) + "\n" + to_csv(rows)
     write_atomically(path, text)
 
 
@@ -699,6 +834,9 @@ def rows_in(path: Path) -> float | None:
         import csv
         import io
 
+        body = [line for line in text.splitlines() if not line.startswith(CSV_PROVENANCE_PREFIX)]
+        return float(max(0, sum(1 for _ in csv.reader(io.StringIO("\n".join(body)))) - 1))
+
         return float(max(0, sum(1 for _ in csv.reader(io.StringIO(text))) - 1))
     except (OSError, ValueError, KeyError, TypeError):
         return math.inf
@@ -716,10 +854,10 @@ def save_rows(
     old = rows_in(args.out)
     if not complete and old is not None and len(rows) < old and not args.force:
         partial = args.out.with_name(f"{args.out.stem}.partial{args.out.suffix}")
-        write_rows(partial, rows, header)
+        write_rows(partial, rows, provenance(args, replications=header["replications"]))
         held = "rows it cannot read" if math.isinf(old) else f"{old:.0f} rows"
         return f"; {args.out} kept ({held}); the {len(rows)} finished rows are in {partial} (--force replaces it)"
-    write_rows(args.out, rows, header)
+    write_rows(args.out, rows, provenance(args, replications=header["replications"]))
     return f"; rows written to {args.out}"
 
 
@@ -911,8 +1049,11 @@ COMPARE_VERDICTS = {
     ("slow", True): "WRONG: reclaimed from a live worker; the job runs twice",
     ("slow", False): "right: left alone",
     ("dead", True): "right: recovered",
-    ("dead", False): "not recovered by the horizon",
+    ("dead", False): "WRONG: not recovered by the horizon",
 }
+# A dead worker's job recovered later than this is held hostage: the same rule as `plots.verdict`'s
+# `slow_after`, so the table and the two-columns figure give each cell the same verdict.
+HOSTAGE_AFTER = 120.0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -957,10 +1098,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         text = COMPARE_VERDICTS[(kind, reclaimed)]
         if reclaimed and kind == "slow":
             text += f" (at {row['reclaimed_after_mean']:.0f} s, in {row['reclaimed_fraction']:.0%} of runs)"
+        elif reclaimed and row["detection_latency_mean"] > HOSTAGE_AFTER:
+            text = (
+                f"WRONG: held hostage, recovered only {row['detection_latency_mean']:.0f} s after the crash"
+            )
         elif reclaimed:
             text += f" {row['detection_latency_mean']:.0f} s after the crash"
-            if row["detection_latency_mean"] > 5 * args.lease:
-                text += ": held hostage"
         cells[(row["world"], row["rule"])] = text
     print(f"timeout {args.timeout:g} s vs lease {args.lease:g} s / beat {args.beat:g} s (scan {args.scan:g} s), "
           f"{args.replications} runs each\n")  # fmt: skip
@@ -986,6 +1129,12 @@ def cmd_timeline(args: argparse.Namespace) -> int:
         args, commands_per_run(scenario, settings["beat"], settings["scan"] or 5.0), "this timeline's run"
     )
     run = simulate(scenario, policy, args.seed)
+    if args.out and args.out.suffix.lower() == ".html":
+        from emqsim.timeline_html import write_timeline_html
+
+        write_timeline_html(run, args.out)
+        print(f"wrote {args.out}")
+        return 0
     if args.out:
         from emqsim.plots import savefig, timeline
 
@@ -1045,13 +1194,23 @@ def cmd_presets(args: argparse.Namespace) -> int:
     return 0
 
 
+def scenario_summary(factory: Any) -> str:
+    """A scenario's description: the first paragraph of its factory's docstring, as one line (whole, never cut)."""
+    return " ".join((factory.__doc__ or "").strip().split("\n\n")[0].split())
+
+
+def _indented(text: str, width: int = 100) -> str:
+    import textwrap
+
+    return textwrap.fill(text, width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False)
+
+
 def cmd_scenarios(args: argparse.Namespace) -> int:
     import inspect
 
     for name, factory in STANDARD.items():
         knobs = ", ".join(f"{p.name}={p.default!r}" for p in inspect.signature(factory).parameters.values())
-        doc = (factory.__doc__ or "").strip().splitlines()[0]
-        print(f"{name:14} {doc}\n{'':14} knobs: {knobs}")
+        print(f"{name}\n" + _indented(scenario_summary(factory)) + "\n" + _indented(f"knobs: {knobs}"))
     return 0
 
 
@@ -1066,7 +1225,28 @@ def cmd_figures(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_examples(args: argparse.Namespace) -> int:
+    """Each shipped example scenario: its name (usable as `--config NAME`), its first comment line, its path."""
+    examples = example_files()
+    for name, path in examples.items():
+        about = next(
+            (
+                line.lstrip("# ").strip()
+                for line in path.read_text(encoding="utf-8").splitlines()
+                if line.strip()
+            ),
+            "",
+        )
+        print(f"{name}\n{_indented(about)}\n  {path}")
+    example = "gc-pauses" if "gc-pauses" in examples else next(iter(examples))
+    print(f"\nuse one with --config NAME (e.g. --config {example}); copy a file to change it")
+    return 0
+
+
 def cmd_grade(args: argparse.Namespace) -> int:
+    problem = missing_extra("notebooks")
+    if problem:
+        raise ConfigError(problem)
     from emqsim.grading import grade_notebook
 
     return grade_notebook(args.notebook, timeout=args.timeout)
@@ -1079,6 +1259,7 @@ COMMANDS = {
     "timeline": cmd_timeline,
     "presets": cmd_presets,
     "scenarios": cmd_scenarios,
+    "examples": cmd_examples,
     "figures": cmd_figures,
     "grade": cmd_grade,
 }
@@ -1091,7 +1272,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "emqsim: error: standard output is closed; redirect it instead, e.g. > /dev/null", file=sys.stderr
         )
         return 2
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # the command line, for the provenance written with results
     if args.command == "live":
         from emqsim.live import main_live
 

@@ -176,7 +176,9 @@ def _dist(value: Any, name: str, where: _Located) -> Distribution:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise where.error(name, f"expected seconds or a distribution like 'exp:60', got {value!r}")
     try:
-        return check_distribution(parse_distribution(str(value)), "the distribution")
+        return check_distribution(
+            parse_distribution(str(value), base=where.path.parent), "the distribution"
+        )  # file: paths are beside the TOML
     except ConfigError as exc:
         raise where.error(name, str(exc)) from None
 

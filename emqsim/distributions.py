@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -118,7 +119,8 @@ class LogNormal:
 
 @dataclass(frozen=True)
 class Empirical:
-    """Resample from observed values (e.g. measured job durations)."""
+    """Resample from observed values (e.g. measured job durations): each draw is one of `values`, equally
+    likely, with replacement (the empirical distribution). `read_durations` builds one from a file."""
 
     values: tuple[float, ...]
 
@@ -138,10 +140,59 @@ class Empirical:
         return float(np.mean(self.values))
 
 
-def parse_distribution(text: str) -> Distribution:
-    """Parse `900`, `fixed:900`, `uniform:1:3`, `exp:60`, `lognormal:30:1.2` or `empirical:1,2,5` (seconds)."""
+def read_durations(path: str | Path) -> Empirical:
+    """Measured durations from a text/CSV file: one number of seconds per line (one column). Blank lines and
+    lines starting with `#` are skipped; the first other line may be a header (e.g. `duration_s`). Any other
+    problem (no such file, no values, a non-number, a negative, NaN or infinite value, several columns) is a
+    ConfigError naming the file and line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise ConfigError(f"durations file {str(path)!r} does not exist; check the path") from None
+    except IsADirectoryError:
+        raise ConfigError(f"durations file {str(path)!r} is a folder; give a file of seconds") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"cannot read durations file {str(path)!r} ({exc}); give a UTF-8 text file"
+        ) from None
+    values: list[float] = []
+    seen_line = False
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        first, seen_line = not seen_line, True
+        where = f"{path}:{number}"
+        if "," in line or "\t" in line or ";" in line:
+            raise ConfigError(f"{where}: {line!r} has several columns; give one column of seconds per line")
+        try:
+            value = float(line)
+        except ValueError:
+            if first:
+                continue  # a header such as `duration_s`
+            raise ConfigError(f"{where}: {line!r} is not a number of seconds") from None
+        if math.isnan(value) or math.isinf(value):
+            raise ConfigError(f"{where}: {line!r} is not a finite number of seconds")
+        if value < 0:
+            raise ConfigError(f"{where}: {line!r} is negative; durations are seconds >= 0")
+        values.append(value)
+    if not values:
+        raise ConfigError(f"durations file {str(path)!r} has no values; put one number of seconds per line")
+    return Empirical(tuple(values))
+
+
+def parse_distribution(text: str, base: str | Path | None = None) -> Distribution:
+    """Parse `900`, `fixed:900`, `uniform:1:3`, `exp:60`, `lognormal:30:1.2`, `empirical:1,2,5` or
+    `file:durations.csv` (an `Empirical` of the file's measured seconds; see `read_durations`), in seconds. A
+    relative file path is taken from `base` (a scenario file's folder) or else the current folder."""
     spec = str(text).strip()
     kind, _, rest = spec.partition(":")
+    if kind.lower() == "file":
+        if not rest.strip():
+            raise ConfigError("file: needs a path, e.g. file:durations.csv (one number of seconds per line)")
+        path = Path(rest.strip()).expanduser()
+        return read_durations(path if path.is_absolute() or base is None else Path(base) / path)
     try:
         if not rest:
             return Fixed(float(kind))
@@ -162,5 +213,5 @@ def parse_distribution(text: str) -> Distribution:
             raise
     raise ConfigError(
         f"cannot read distribution {text!r}: use seconds like 900, fixed:900, uniform:1:3, exp:60, "
-        "lognormal:MEDIAN:SIGMA or empirical:1,2,5"
+        "lognormal:MEDIAN:SIGMA, empirical:1,2,5 or file:durations.csv"
     )

@@ -88,7 +88,7 @@ class Simulation:
         self.keep_records = job_sink is None
         self._settled_open: set[str] = set()  # streaming: settled jobs with an attempt that may still change
         self._arrival_of: dict[str, float] = {}  # streaming: arrival times of jobs not yet closed
-        self.server.worker_state = self.worker_state
+        self.server.worker_state = self.worker_state  # type: ignore[method-assign]
         self._expire_planned: int | None = None
         self._expire_wakeup = self.env.event()
         self.server.store.on_ttl = self._ttl_set
@@ -169,7 +169,9 @@ class Simulation:
         del server.work_of[job_id]
         del server.attempt_counts[job_id]
         server.open_attempts.pop(job_id, None)
-        self.job_sink(attempts, self._arrival_of.pop(job_id), None)
+        sink = self.job_sink
+        assert sink is not None  # jobs are closed only when streaming
+        sink(attempts, self._arrival_of.pop(job_id), None)
 
     def job_started(self, worker: Worker, attempt: Attempt) -> None:
         if attempt.attempt != 1:
@@ -198,6 +200,7 @@ class Simulation:
 
     def _random_crashes(self, worker: Worker, rng: np.random.Generator):
         faults = self.scenario.random_faults
+        assert faults is not None
         yield self.env.timeout(max(1, to_ms(rng.exponential(HOUR_MS / 1000 / faults.crash_rate))))
         if worker.state == DEAD:
             return
@@ -207,6 +210,7 @@ class Simulation:
 
     def _random_freezes(self, worker: Worker, rng: np.random.Generator):
         faults = self.scenario.random_faults
+        assert faults is not None
         mean_gap_s = HOUR_MS / 1000 / faults.freeze_rate
         while True:
             yield self.env.timeout(max(1, to_ms(rng.exponential(mean_gap_s))))
@@ -292,6 +296,7 @@ class Simulation:
         return worker
 
     def _worker_fault(self, fault: Crash | Freeze):
+        assert fault.at is not None and fault.worker is not None  # a fault at a time on a worker
         yield self.env.timeout(to_ms(fault.at))
         worker = self.workers[fault.worker]
         if isinstance(fault, Crash):

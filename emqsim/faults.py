@@ -23,9 +23,9 @@ def _check_target(kind: str, worker: int | None, at: float | None, job: int | No
         raise ConfigError(
             f"{kind} needs either worker= and at= (absolute time) or job= and after= (into the job)"
         )
-    if by_worker and (worker < 0 or not math.isfinite(at) or at < 0):
+    if worker is not None and at is not None and (worker < 0 or not math.isfinite(at) or at < 0):
         raise ConfigError(f"{kind}: worker must be >= 0 and at >= 0 seconds, got worker={worker}, at={at}")
-    if by_job and job < 0:
+    if job is not None and job < 0:
         raise ConfigError(f"{kind}: job must be >= 0, got {job}")
 
 

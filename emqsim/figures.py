@@ -125,7 +125,8 @@ def two_column_runs(seed: int = SEED) -> dict[tuple[str, str], Run]:
 
 
 # -- figures ------------------------------------------------------------------------------------------------
-def _save(fig: mpl.figure.Figure, out: Path, name: str, png: bool) -> list[Path]:
+def _save(fig: mpl.figure.Figure | mpl.figure.SubFigure, out: Path, name: str, png: bool) -> list[Path]:
+    fig = fig if isinstance(fig, mpl.figure.Figure) else fig.figure
     paths = [plots.savefig(fig, out / f"{name}.svg")]
     if png:
         paths.append(plots.savefig(fig, out / f"{name}.png", dpi=110))
@@ -193,10 +194,12 @@ def _two_columns(out: Path) -> list[Path]:
 
 
 def _frontier(out: Path, quick: bool, processes: int) -> list[Path]:
-    scenario = standard("production", jobs=60 if quick else 200, horizon=3600.0)
+    # The production scenario of the default sweep, its replications and seed (`python -m emqsim sweep`), so
+    # the figure's points are the sweep's numbers; the caption is written from the rows drawn.
+    scenario = standard("production", jobs=60) if quick else standard("production")
     timeouts = (30, 120, 600) if quick else (30, 60, 120, 300, 600, 1800)
     leases = ((30, 10, 5),) if quick else ((10, 3, 2), (30, 10, 5), (60, 20, 10))
-    cells = _Cells(reps=1 if quick else 4)
+    cells = _Cells(reps=1 if quick else 30, seed=0)
     for t in timeouts:
         cells.add(scenario, TimeoutPolicy(t, 5))
     for lease, beat, scan in leases:
@@ -213,22 +216,28 @@ def _frontier(out: Path, quick: bool, processes: int) -> list[Path]:
         title="Leases detect crashes in about one lease with no false reclaims;\n"
         "a timeout trades one failure for the other",
     )
-    ax.annotate(
-        f"production workload: {scenario.jobs} jobs, log-normal durations (median 20 s), crashes, GC pauses; "
-        f"{cells.reps} replication(s), 95% intervals",
-        xy=(0, -0.13),
-        xycoords="axes fraction",
-        fontsize=7.5,
-        color="#555555",
-        va="top",
-    )
+    ax.annotate(frontier_caption(rows, cells.seed), xy=(0, -0.13), xycoords="axes fraction", fontsize=7.5,
+                color="#555555", va="top")  # fmt: skip
     return _save(fig, out, "frontier", True)
+
+
+def frontier_caption(rows: list[dict[str, Any]], seed: int) -> str:
+    """What the frontier figure's rows are, read from the rows themselves."""
+    scenarios = sorted({r["scenario"] for r in rows})
+    reps = sorted({r["replications"] for r in rows})
+    jobs = sorted({r["jobs"] // r["replications"] for r in rows})
+    if len(scenarios) != 1 or len(reps) != 1 or len(jobs) != 1:
+        raise ValueError(f"frontier rows mix scenarios/replications/jobs: {scenarios} {reps} {jobs}")
+    return (
+        f"{scenarios[0]} workload: {jobs[0]} jobs per run, log-normal durations (median 20 s), crashes, GC "
+        f"pauses; {reps[0]} replication{'s' if reps[0] != 1 else ''} per point, seed {seed}, 95% intervals"
+    )
 
 
 def _latency_cdf(out: Path, quick: bool, processes: int) -> list[Path]:
     die_within = 50.0
     scenario = crash_scenario(jobs=20 if quick else 40, die_within=die_within)
-    setups = {
+    setups: dict[str, tuple[str, float, Any, float]] = {
         "lease 10 s, beat 3 s, sweep 2 s": ("lease", 10, 3, 2),
         "lease 30 s, beat 10 s, sweep 5 s": ("lease", 30, 10, 5),
         "timeout 120 s, scan 5 s": ("timeout", 120, None, 5),

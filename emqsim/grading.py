@@ -236,10 +236,10 @@ class GradeReport:
         width = max([len("question")] + [len(c.grade_id) for c in self.cells])
         lines = [f"{self.notebook}", f"{'question':<{width}}  {'points':>9}  status"]
         for c in self.cells:
-            got = "-" if c.points is None else f"{c.points:g}"
+            shown = "-" if c.points is None else f"{c.points:g}"
             detail = f"  {c.detail}" if c.detail else ""
             lines.append(
-                f"{c.grade_id:<{width}}  {got + ' / ' + format(c.max_points, 'g'):>9}  {c.status}{detail}"
+                f"{c.grade_id:<{width}}  {shown + ' / ' + format(c.max_points, 'g'):>9}  {c.status}{detail}"
             )
         got, total = self.score
         manual = sum(c.max_points for c in self.cells if c.status == "manual")

@@ -24,10 +24,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection, PatchCollection
-from matplotlib.figure import Figure
+from matplotlib.figure import Figure, SubFigure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
-from matplotlib.ticker import FuncFormatter
+from matplotlib.rcsetup import cycler
+from matplotlib.ticker import FuncFormatter, LogFormatterSciNotation
 
 from emqsim.records import DUPLICATE_COMPLETION, Attempt, Run
 
@@ -62,14 +63,14 @@ OKABE_ITO = {
 SERIES = tuple(OKABE_ITO[k] for k in ("blue", "orange", "green", "vermillion", "purple", "sky", "black"))
 GREY = "#8C8C8C"
 
-RC: dict[str, Any] = {
+RC: dict[Any, Any] = {
     "font.family": "DejaVu Sans",
     "font.size": 9,
     "axes.titlesize": 10,
     "axes.labelsize": 9,
     "axes.spines.top": False,
     "axes.spines.right": False,
-    "axes.prop_cycle": mpl.cycler(color=list(SERIES)),
+    "axes.prop_cycle": cycler(color=list(SERIES)),
     "legend.fontsize": 8,
     "legend.frameon": False,
     "figure.dpi": 100,
@@ -82,9 +83,11 @@ RC: dict[str, Any] = {
 _CREATOR = "emqsim (https://matplotlib.org)"
 
 
-def savefig(fig: Figure, path: str | os.PathLike, *, dpi: int = 150) -> Path:
+def savefig(fig: Figure | SubFigure, path: str | os.PathLike, *, dpi: int = 150) -> Path:
     """Save `fig` as SVG, PNG or PDF (by suffix) with fixed metadata and id salt, so regenerating an unchanged
-    figure gives identical bytes; an existing file with the same bytes is left untouched."""
+    figure gives identical bytes; an existing file with the same bytes is left untouched. A subfigure saves the
+    whole figure it belongs to."""
+    fig = fig if isinstance(fig, Figure) else fig.figure
     path = Path(path)
     fmt = path.suffix.lower().lstrip(".")
     metadata: dict[str, Any]
@@ -161,13 +164,13 @@ def verdict(run: Run, *, slow_after: float = 120.0) -> Verdict:
     attempts = run.attempts
     false = [a for a in attempts if a.false_reclaim]
     if false:
-        first = min(false, key=_reclaim_time)
+        first = min(false, key=lambda a: _reclaim_time(a) or 0.0)  # a false reclaim has a time
         same = [a for a in attempts if a.job == first.job]
         ran = sum(a.started_at is not None for a in same)
-        parts = [f"wrongly reclaimed at {clock(_reclaim_time(first))}", f"ran {_times(ran)}"]
-        done = sum(a.finish_result == "accepted" for a in same)
-        if done > 1:
-            parts.append(f"completed {_times(done)}")
+        parts = [f"wrongly reclaimed at {clock(_reclaim_time(first) or 0.0)}", f"ran {_times(ran)}"]
+        completions = sum(a.finish_result == "accepted" for a in same)
+        if completions > 1:
+            parts.append(f"completed {_times(completions)}")
         if any(a.finish_result not in (None, "accepted") for a in same):
             parts.append("stale finish rejected")
         if len(false) > 1:
@@ -178,7 +181,7 @@ def verdict(run: Run, *, slow_after: float = 120.0) -> Verdict:
         found = [a.detection_latency for a in dead if a.detection_latency is not None]
         lost = [a for a in dead if a.detection_latency is None]
         if lost:
-            held = max(run.end - a.died_at for a in lost)
+            held = max(run.end - died for a in lost if (died := a.died_at) is not None)
             return Verdict(f"never recovered: held {held:.0f} s until the run stopped", False)
         if len(found) == 1:
             text = f"recovered {found[0]:.0f} s after the crash"
@@ -188,11 +191,11 @@ def verdict(run: Run, *, slow_after: float = 120.0) -> Verdict:
     done = [a for a in attempts if a.finish_result == "accepted"]
     dup = sum(a.outcome == DUPLICATE_COMPLETION for a in attempts)
     if len(done) == 1 and not dup:
-        return Verdict(f"never reclaimed, finished once at {clock(done[0].finish_applied_at)}", True)
+        return Verdict(f"never reclaimed, finished once at {clock(done[0].finish_applied_at or 0.0)}", True)
     return Verdict(f"{len(done)} finishes, {dup} duplicates, no reclaim", dup == 0)
 
 
-def _reclaim_time(a: Attempt) -> float:
+def _reclaim_time(a: Attempt) -> float | None:
     return a.reclaimed_at if a.reclaimed_at is not None else a.failed_at
 
 
@@ -479,13 +482,13 @@ def _draw_timeline(
             r = y + row_of[i]
             centre = r + 0.36
             ypos[id(s.attempt)] = centre
-            for a, b, kind in s.segments:
-                bars[kind].append((a, r + 0.14, b - a, 0.44))
-            for a, b, _ in s.locks:
-                lock_rects.append((a, r + 0.66, b - a, 0.16))
+            for x0, x1, kind in s.segments:
+                bars[kind].append((x0, r + 0.14, x1 - x0, 0.44))
+            for x0, x1, _ in s.locks:
+                lock_rects.append((x0, r + 0.66, x1 - x0, 0.16))
             if s.deadline is not None:
-                a, b, _ = s.deadline
-                deadline_rects.append((a, r + 0.66, b - a, 0.16))
+                x0, x1, _ = s.deadline
+                deadline_rects.append((x0, r + 0.66, x1 - x0, 0.16))
             tick_segs.extend([((t, r + 0.6), (t, r + 0.88)) for t in s.renewals])
             refused_pts.extend([(t, r + 0.74) for t in s.refused])
         y = bottom + gap
@@ -504,8 +507,8 @@ def _draw_timeline(
         used.add("sweep")
         quiet = [s.time for s in sweeps if not (s.reclaimed or s.failed)]
         if len(quiet) <= max_sweep_lines:
-            for t in quiet:
-                ax.axvline(t, color=GREY, lw=0.6, alpha=0.55, zorder=0.5)
+            for q in quiet:
+                ax.axvline(q, color=GREY, lw=0.6, alpha=0.55, zorder=0.5)
         else:
             ax.plot(
                 quiet,
@@ -519,9 +522,9 @@ def _draw_timeline(
                 alpha=0.7,
                 clip_on=False,
             )
-        for s in sweeps:
-            if s.reclaimed or s.failed:
-                ax.axvline(s.time, color="black", lw=0.9, ls=(0, (4, 2)), alpha=0.8, zorder=0.6)
+        for sweep in sweeps:
+            if sweep.reclaimed or sweep.failed:
+                ax.axvline(sweep.time, color="black", lw=0.9, ls=(0, (4, 2)), alpha=0.8, zorder=0.6)
 
     # Jobs, locks, timeout clocks, heartbeats.
     _rects(ax, bars["running"], facecolor=_C["blue"], edgecolor="none", zorder=2)
@@ -556,7 +559,7 @@ def _draw_timeline(
     for a in run.attempts:
         by_job.setdefault(a.job, {})[a.attempt] = a
     arrows = 0
-    width_pt = ax.get_position().width * ax.figure.get_figwidth() * 72
+    width_pt = ax.get_position().width * ax.figure.get_figwidth() * 72  # type: ignore[union-attr]
     for s in shapes:
         a = s.attempt
         yc = ypos[id(a)]
@@ -805,76 +808,100 @@ def frontier(
             for r in rows
             if r.get("detection_latency_mean") is not None and r.get("false_reclaim_rate") is not None
         ]
-        curve = sorted(
-            (r for r in usable if _is_timeout(r) and r.get("policy") == "timeout"), key=lambda r: r["timeout"]
-        )
-        points = [r for r in usable if not (_is_timeout(r) and r.get("policy") == "timeout")]
-        if curve:
-            xs = [r["detection_latency_mean"] for r in curve]
-            ys = [r["false_reclaim_rate"] for r in curve]
-            xerr = np.array(
-                [_err(r["detection_latency_mean"], r.get("detection_latency_mean_ci")) for r in curve]
-            ).T
-            yerr = np.array([_err(r["false_reclaim_rate"], r.get("false_reclaim_rate_ci")) for r in curve]).T
-            ax.errorbar(
-                xs,
-                ys,
-                xerr=xerr,
-                yerr=yerr,
-                color=_C["orange"],
-                marker="o",
-                markersize=5,
-                lw=1.8,
-                capsize=2.5,
-                elinewidth=0.9,
-                label="fixed timeout (one point per timeout)",
-                zorder=3,
+        # One timeout curve per scenario; with several scenarios each has its own colour and every label
+        # names its scenario (rows of different scenarios would otherwise share labels in the legend).
+        scenarios = list(dict.fromkeys(str(r.get("scenario", "")) for r in usable))
+        many = len(scenarios) > 1
+        lease_colours = [_C["blue"], _C["green"], _C["purple"], _C["vermillion"], _C["sky"], _C["black"]]
+        scenario_colours = [_C["orange"], *lease_colours]
+        markers = ["s", "D", "^", "v", "P", "h", "o", "<"]  # 6 or 7 colours x 8 markers: distinct styles
+        seen_labels: set[str] = set()
+        point_index = 0
+        for si, scenario in enumerate(scenarios):
+            mine = [r for r in usable if str(r.get("scenario", "")) == scenario]
+            prefix = f"{scenario}: " if many else ""
+            curve_colour = scenario_colours[si % len(scenario_colours)] if many else _C["orange"]
+            curve = sorted(
+                (r for r in mine if _is_timeout(r) and r.get("policy") == "timeout"),
+                key=lambda r: r["timeout"],
             )
-            if annotate:
-                for r, x, y_ in zip(curve, xs, ys, strict=True):
+            points = [r for r in mine if not (_is_timeout(r) and r.get("policy") == "timeout")]
+            if curve:
+                xs = [r["detection_latency_mean"] for r in curve]
+                ys = [r["false_reclaim_rate"] for r in curve]
+                xerr = np.array(
+                    [_err(r["detection_latency_mean"], r.get("detection_latency_mean_ci")) for r in curve]
+                ).T
+                yerr = np.array(
+                    [_err(r["false_reclaim_rate"], r.get("false_reclaim_rate_ci")) for r in curve]
+                ).T
+                ax.errorbar(
+                    xs,
+                    ys,
+                    xerr=xerr,
+                    yerr=yerr,
+                    color=curve_colour,
+                    marker="o",
+                    markersize=5,
+                    lw=1.8,
+                    capsize=2.5,
+                    elinewidth=0.9,
+                    label=prefix + "fixed timeout (one point per timeout)",
+                    zorder=3,
+                )
+                if annotate:
+                    for r, x, y_ in zip(curve, xs, ys, strict=True):
+                        ax.annotate(
+                            f"T={r['timeout']:g} s",
+                            (x, y_),
+                            xytext=(6, 5),
+                            textcoords="offset points",
+                            fontsize=7.5,
+                            color=curve_colour,
+                        )
+            colours = list(lease_colours)
+            if not curve and not many:
+                colours.insert(1, _C["orange"])  # orange is the timeout curve's colour when there is one
+            for i, r in enumerate(points):
+                index = point_index if not many else i
+                colour = curve_colour if many else colours[index % len(colours)]
+                x, y_ = r["detection_latency_mean"], r["false_reclaim_rate"]
+                xe = np.array([_err(x, r.get("detection_latency_mean_ci"))]).T
+                ye = np.array([_err(y_, r.get("false_reclaim_rate_ci"))]).T
+                label = (
+                    prefix
+                    + policy_label(r)
+                    + (f", scan {r['scan']:g} s" if r.get("scan") is not None and not r.get("label") else "")
+                )
+                ax.errorbar(
+                    [x],
+                    [y_],
+                    xerr=xe,
+                    yerr=ye,
+                    color=colour,
+                    marker=markers[index % len(markers)],
+                    markersize=7,
+                    linestyle="none",
+                    capsize=2.5,
+                    elinewidth=0.9,
+                    label=label if label not in seen_labels else "_nolegend_",
+                    zorder=4,
+                )
+                seen_labels.add(label)
+                if annotate_points and r.get("label"):
                     ax.annotate(
-                        f"T={r['timeout']:g} s",
+                        str(r["label"]),
                         (x, y_),
-                        xytext=(6, 5),
+                        xytext=(5, 6 + 9 * (index % 2)),
                         textcoords="offset points",
                         fontsize=7.5,
-                        color=_C["orange"],
+                        color=colour,
                     )
-        lease_colours = [_C["blue"], _C["green"], _C["purple"], _C["vermillion"], _C["sky"], _C["black"]]
-        if not curve:
-            lease_colours.insert(1, _C["orange"])  # orange is the timeout curve's colour when there is one
-        markers = ["s", "D", "^", "v", "P", "h", "o", "<"]  # 6 or 7 colours x 8 markers: distinct styles
-        for i, r in enumerate(points):
-            x, y_ = r["detection_latency_mean"], r["false_reclaim_rate"]
-            xe = np.array([_err(x, r.get("detection_latency_mean_ci"))]).T
-            ye = np.array([_err(y_, r.get("false_reclaim_rate_ci"))]).T
-            ax.errorbar(
-                [x],
-                [y_],
-                xerr=xe,
-                yerr=ye,
-                color=lease_colours[i % len(lease_colours)],
-                marker=markers[i % len(markers)],
-                markersize=7,
-                linestyle="none",
-                capsize=2.5,
-                elinewidth=0.9,
-                label=policy_label(r)
-                + (f", scan {r['scan']:g} s" if r.get("scan") is not None and not r.get("label") else ""),
-                zorder=4,
-            )
-            if annotate_points and r.get("label"):
-                ax.annotate(
-                    str(r["label"]),
-                    (x, y_),
-                    xytext=(5, 6 + 9 * (i % 2)),
-                    textcoords="offset points",
-                    fontsize=7.5,
-                    color=lease_colours[i % len(lease_colours)],
-                )
+                point_index += 1
         if logx:
             ax.set_xscale("log")
-            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.xaxis.set_major_formatter(PlainLogFormatter())
+            ax.xaxis.set_minor_formatter(PlainLogFormatter(labelOnlyBase=False))
         ax.set_yscale("symlog", linthresh=linthresh, linscale=0.6)
         ax.set_ylim(bottom=-linthresh * 0.15)
         ax.yaxis.set_major_formatter(FuncFormatter(_rate_fmt))
@@ -884,6 +911,14 @@ def frontier(
         ax.legend(loc="upper right")
         ax.set_title(title or "Detection speed against false reclaims", loc="left")
     return ax
+
+
+class PlainLogFormatter(LogFormatterSciNotation):
+    """Log-axis tick labels as plain numbers (`40`, `0.5`, `1000`) rather than `4x10^1`; matplotlib still
+    decides which ticks get a label (minor ticks only when the axis spans less than about a decade)."""
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        return f"{x:g}" if super().__call__(x, pos) else ""
 
 
 def _rate_fmt(v: float, _: Any) -> str:
@@ -951,7 +986,7 @@ def latency_cdf(
             if label in means:
                 ax.plot([means[label]], [0.5], marker="|", markersize=14, color=colour, mew=2)
         handles, _ = ax.get_legend_handles_labels()
-        extra = []
+        extra: list[Any] = []
         if bounds:
             extra.append(Patch(facecolor=GREY, alpha=0.25, label="theoretical range"))
         if theory:
@@ -977,7 +1012,7 @@ def _legend(ax: Axes, handles: list[Any], loc: str) -> None:
     if loc == "outside":
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     else:
-        ax.legend(handles=handles, loc=loc)
+        ax.legend(handles=handles, loc=loc)  # type: ignore[call-overload]
 
 
 # -- heatmap --------------------------------------------------------------------------------------------------
@@ -1077,7 +1112,7 @@ def freeze_curve(
     *,
     x: str = "freeze",
     group: str = "label",
-    theory: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
+    theory: Mapping[str, tuple[Sequence[float] | np.ndarray, Sequence[float]]] | None = None,
     marks: Mapping[str, float] | None = None,
     title: str | None = None,
     legend_loc: str = "best",

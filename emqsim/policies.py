@@ -182,7 +182,9 @@ class LeasePolicy(ReclaimPolicy):
         return queue.take(token, now_ms, lock_ms=self.lease_ms)
 
     def renew(self, queue: Queue, held: list[tuple[str, str]], now_ms: int) -> list[str]:
-        return queue.extend_locks(held, self.lease_ms, recreate_missing=self.renewal.recreate_missing)
+        rule = self.renewal
+        assert rule is not None  # a lease always has a renewal rule
+        return queue.extend_locks(held, self.lease_ms, recreate_missing=rule.recreate_missing)
 
     def sweep(self, queue: Queue, now_ms: int) -> SweepReply:
         if self.two_phase:

@@ -155,7 +155,8 @@ class Queue:
         if store.exists(k.stalled_check):
             return SweepReply(skipped=True)
         store.set(k.stalled_check, str(now_ms), px=interval_ms)
-        reclaimed, failed = [], []
+        reclaimed: list[str] = []
+        failed: list[str] = []
         stalling = store.smembers(k.stalled)
         if stalling:
             store.delete(k.stalled)
@@ -181,7 +182,8 @@ class Queue:
         if store.exists(k.stalled_check):
             return SweepReply(skipped=True)
         store.set(k.stalled_check, str(now_ms), px=interval_ms)
-        reclaimed, failed = [], []
+        reclaimed: list[str] = []
+        failed: list[str] = []
         for job_id in store.lrange(k.active, 0, -1):
             if not store.exists(k.lock(job_id)) and store.lrem(k.active, 1, job_id) > 0:
                 (reclaimed if self._requeue(job_id, max_stalled) else failed).append(job_id)
@@ -192,7 +194,8 @@ class Queue:
         back to `wait` (its fencing lock, if any, is deleted so the old holder's finish is rejected)."""
         store = self.store
         k = self.keys
-        reclaimed, failed = [], []
+        reclaimed: list[str] = []
+        failed: list[str] = []
         for job_id in store.lrange(k.active, 0, -1):
             started = store.hget(k.job(job_id), "processedOn")
             if started is not None and now_ms - int(started) > timeout_ms and store.lrem(k.active, 1, job_id):

@@ -60,7 +60,7 @@ class Server:
         self.lock_events: list[LockEvent] = []
         self.sweeps: list[SweepEvent] = []
         self.requests: dict[str, int] = {}
-        self.blocked: deque[tuple[Client, str, simpy.Event, int]] = deque()
+        self.blocked: deque[tuple[Worker, str, simpy.Event, int]] = deque()
         self.work_of: dict[str, float] = {}
         self.settled = 0  # jobs that reached completed or failed
         self.on_settle: Callable[[str], None] = lambda job_id: None  # a job reached completed or failed
@@ -227,7 +227,7 @@ class Server:
         else:
             attempt.reclaimed_at = now / 1000
         attempt.reclaimed_by = by
-        attempt.worker_state_at_reclaim = self.worker_state(attempt.worker)
+        attempt.worker_state_at_reclaim = self.worker_state(attempt.worker)  # type: ignore[assignment]
         if self.record_locks and self.policy.fenced and self.policy.renewal is None:
             self._lock_event(now, job_id, attempt.token, "deleted")
 

@@ -339,7 +339,7 @@ def _clean(v: Any) -> Any:
 
 def paired_difference(
     a: Sequence[RunSummary], b: Sequence[RunSummary], metric: str, level: float = LEVEL
-) -> dict[str, float | None]:
+) -> dict[str, Any]:
     """Mean of metric(a) - metric(b) over replications run on the same seeds, with a t interval.
 
     `metric` names a RunSummary attribute; list attributes (latencies) are reduced to their mean.

@@ -81,7 +81,7 @@ class _Hash(dict):
     __slots__ = ()
 
 
-_TYPE_NAMES = {str: "string", _List: "list", _Set: "set", _Hash: "hash"}
+_TYPE_NAMES: dict[type, str] = {str: "string", _List: "list", _Set: "set", _Hash: "hash"}
 
 # SET option flags (t_string.c OBJ_*)
 _NX, _XX, _GET, _KEEPTTL, _EX, _PX, _EXAT, _PXAT = (1 << i for i in range(8))
@@ -655,6 +655,7 @@ class KeyStore:
     def _incr_by(self, key: str, incr: int) -> int:
         """incrDecrCommand: the value must be a strict 64-bit integer string; the TTL is kept."""
         v = self._lookup_typed(key, str)
+        value: int | None
         if v is None:
             value = 0
         else:
@@ -1047,6 +1048,7 @@ class KeyStore:
         if h is None:
             h = self._data[key] = _Hash()
         old = h.get(field)
+        value: int | None
         if old is None:
             value = 0
         else:

@@ -186,7 +186,8 @@ def run_sweep(
         if own_pool is not None:
             own_pool.shutdown()
 
-    rows, kept = [], []
+    rows: list[dict[str, Any]] = []
+    kept: list[list[RunSummary]] = []
     for cell, summaries in zip(cells, per_cell, strict=True):
         if any(s is None for s in summaries):
             kept.append([])

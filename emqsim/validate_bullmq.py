@@ -677,11 +677,13 @@ def analytic_freeze(settings: Settings, freeze: float, model: str = "bullmq", rt
 
 
 # -- comparisons ----------------------------------------------------------------------------------------------
-def compare_latencies(real: Sequence[float], sim: Sequence[float]) -> dict[str, Any]:
+def compare_latencies(
+    real: Sequence[float] | np.ndarray, sim: Sequence[float] | np.ndarray
+) -> dict[str, Any]:
     """Means with 95% intervals, [min, max], Welch's t test and the two-sample KS test."""
     r, s = np.asarray(real, dtype=float), np.asarray(sim, dtype=float)
-    m_r, lo_r, hi_r = mean_ci(r)
-    m_s, lo_s, hi_s = mean_ci(s)
+    m_r, lo_r, hi_r = mean_ci(r)  # type: ignore[arg-type]  # an array is a sequence of floats
+    m_s, lo_s, hi_s = mean_ci(s)  # type: ignore[arg-type]
     ks = st.ks_2samp(r, s)
     return {
         "real_n": int(r.size),
@@ -846,7 +848,9 @@ def freeze_report(
             "frozen_for": _quantiles([j.frozen_for for j in mine if j.frozen_for is not None]),
             "lost": lost,
             "n": len(mine),
-            "lost_while_frozen": sum(j.lost and j.stalled_at < (j.resumed_at or 0.0) for j in mine),
+            "lost_while_frozen": sum(
+                j.lost and j.stalled_at is not None and j.stalled_at < (j.resumed_at or 0.0) for j in mine
+            ),
             "renewal_failed_after_resume": sum(j.renewal_after_resume == "failed" for j in mine),
             "models": {},
         }

@@ -31,6 +31,7 @@ class Client:
 
     wid: int
     state: str = ALIVE
+    resume_event: simpy.Event | None = None
 
     def __init__(self, sim: Simulation, net_rng: np.random.Generator, loss_rng: np.random.Generator) -> None:
         self.sim = sim
@@ -71,10 +72,11 @@ class Client:
         """Wait out a freeze; True if the client may go on, False if it died. (Callers skip it while the
         state is ALIVE: the hot loops then create no generator.)"""
         while self.state == FROZEN:
+            assert self.resume_event is not None  # set by freeze()
             yield self.resume_event
         return self.state != DEAD
 
-    def request(self, kind: str, op: Callable[[int], Any], retry: bool = True) -> Proc:
+    def request(self, kind: str, op: Callable[..., Any], retry: bool = True) -> Proc:
         """One round trip; returns the reply, or LOST (renewals are not retried), or None if the client died."""
         while True:
             lost = self._lost(kind)
@@ -272,6 +274,7 @@ class Worker(Client):
     def lock_manager(self, first_ms: int) -> Proc:
         """ONE timer renews every due lease of this worker in ONE batched round trip."""
         rule = self.sim.policy.renewal
+        assert rule is not None, "only a policy with a renewal rule starts a lock manager"
         server = self.sim.server
         yield self.env.timeout(first_ms)
         next_tick = int(self.env.now)
@@ -305,6 +308,7 @@ class Worker(Client):
     def job_renewer(self, token: str) -> Proc:
         """The naive variant: one timer and one round trip per job."""
         rule = self.sim.policy.renewal
+        assert rule is not None, "only a policy with a renewal rule starts job renewers"
         server = self.sim.server
         while True:
             yield self.env.timeout(rule.tick_ms)

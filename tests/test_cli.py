@@ -67,7 +67,9 @@ def test_sweep_writes_csv_and_json_atomically(tmp_path, capsys):
             capsys, "sweep", "--scenario", "fast-dead", "--timeout", "600", "--out", str(target), *FAST
         )
         assert code == 0 and target.exists()
-    assert (tmp_path / "rows.csv").read_text().startswith("scenario,policy,lease,beat,scan,timeout")
+    csv_lines = (tmp_path / "rows.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("# emqsim provenance: {")  # version, seed, command, libraries
+    assert csv_lines[1].startswith("scenario,policy,lease,beat,scan,timeout")
     assert json.loads((tmp_path / "rows.json").read_text())["rows"][0]["scenario"] == "fast-dead"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.csv", "rows.json"]  # no temp files left
 

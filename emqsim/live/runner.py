@@ -272,7 +272,7 @@ class LiveRun:
         self.client: redis.Redis | None = None
 
     # -- helpers -------------------------------------------------------------------------------------------
-    def at(self, when: float, action: Callable[[], None]) -> None:
+    def at(self, when: float, action: Callable[..., None]) -> None:
         self.seq += 1
         heapq.heappush(self.schedule, (when, self.seq, action))
 
@@ -457,6 +457,7 @@ class LiveRun:
             return
         self.events.append(ev)
         if kind == "take":
+            assert proc.wid is not None  # workers take; the reaper does not
             self.executing[ev["token"]] = proc.wid
             if ev["job"] not in self.first_taken:
                 self.first_taken.add(ev["job"])
@@ -506,7 +507,7 @@ class LiveRun:
         """Steps the dead worker ran in Redis but never reported (killed between the reply and the report
         line, a window of microseconds): recover them from the keys so the records stay complete."""
         assert self.client is not None
-        x = self.client
+        x: Any = self.client  # decodes responses: str replies
         mine = [ev for ev in self.events if ev["w"] == proc.wid]
         finished = {ev["token"] for ev in mine if ev["e"] == "finished"}
         accepted_jobs = {ev["job"] for ev in self.events if ev["e"] == "finished" and ev["code"] == 0}
@@ -737,7 +738,7 @@ class LiveRun:
         if reaper is not None:
             self.start(reaper, -1, self.t0)
         for fault in scenario.faults:
-            if fault.worker is not None:
+            if fault.worker is not None and fault.at is not None:
                 self.at(
                     self.t0 + fault.at * self.scale,
                     lambda f=fault: self.apply(f.worker, f, self._rng("faults", f.worker, 2)),
@@ -876,14 +877,14 @@ class LiveRun:
                     ev["marked"],
                 )
             )
-            for job, failed in [(j, False) for j in ev["reclaimed"]] + [(j, True) for j in ev["failed"]]:
+            for job, is_failed in [(j, False) for j in ev["reclaimed"]] + [(j, True) for j in ev["failed"]]:
                 n = ends.get(job, 0)
                 ends[job] = n + 1
                 tries = by_job.get(job, [])
                 if n >= len(tries):
                     continue
                 a = tries[n]
-                if failed:
+                if is_failed:
                     a.failed_at = s(ev["t"])
                 else:
                     a.reclaimed_at = s(ev["t"])
@@ -913,7 +914,7 @@ class LiveRun:
             elif a.started_at is not None:
                 if death is not None and taken_real <= death:  # stopped with its process, reclaimed or not
                     a.stopped_at = s(death)
-                stop = death if a.stopped_at is not None else end
+                stop = death if death is not None and a.stopped_at is not None else end
                 a.work_done = min(a.work, self._worked(proc, self.t0 + a.started_at * self.scale, stop))
         for a in attempts:
             a.outcome = _outcome(a)

@@ -42,6 +42,7 @@ class RedisUnavailable(RuntimeError):
 
 
 _PR_SET_PDEATHSIG = 1
+_LIBC: ctypes.CDLL | None
 try:
     _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 except OSError:  # not glibc/Linux: children are still stopped by try/finally, just not on a parent crash
@@ -202,7 +203,7 @@ def foreign_keys(client: redis.Redis, prefix: str, limit: int = 3) -> tuple[int,
     """How many keys of the selected database lie outside `prefix` (counting stops early), and examples."""
     if client.dbsize() == 0:
         return 0, []
-    count, examples = 0, []
+    count, examples = 0, list[str]()
     for key in client.scan_iter(count=1000):
         if not key.startswith(prefix):
             count += 1

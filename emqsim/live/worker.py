@@ -38,7 +38,7 @@ else:  # run as a file: load the sibling module without importing the emqsim pac
     assert _spec is not None and _spec.loader is not None
     _lua = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(_lua)
-    RawScripts = _lua.RawScripts
+    RawScripts = _lua.RawScripts  # type: ignore[misc]  # the same class, loaded from its file
 
 LOST = object()  # a request dropped by the emulated network
 # Real seconds a Redis call may wait for a reply; as emqsim.live.server.SOCKET_TIMEOUT (no emqsim import here).
