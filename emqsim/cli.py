@@ -861,7 +861,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             row["reclaimed_after_mean"] = sum(reclaim_ages) / len(reclaim_ages) if reclaim_ages else None
             rows.append(row)
     if args.json:
-        sys.stdout.write(to_json(rows, version=__version__, seed=args.seed))
+        sys.stdout.write(to_json(rows, version=__version__, seed=args.seed, replications=args.replications))
         return 0
     cells = {}
     for row in rows:

@@ -387,3 +387,10 @@ def test_run_prints_rounded_numbers_not_raw_floats(capsys):
     code, out, _ = run_cli(capsys, "run", "--scenario", "fast-dead", "--replications", "3")
     assert code == 0
     assert not re.search(r"\d\.\d{6,}", out)
+
+
+def test_the_docs_field_reference_is_the_fields_command():
+    from emqsim.fields import markdown_table
+
+    docs = (Path(__file__).parents[1] / "docs" / "statistics.md").read_text()
+    assert markdown_table() in docs, "regenerate the table in docs/statistics.md from emqsim.fields"
