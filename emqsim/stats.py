@@ -566,6 +566,8 @@ def _flat(row: dict[str, Any]) -> dict[str, Any]:
     for k, v in row.items():
         if isinstance(v, list) and len(v) == 2:
             out[f"{k}_lo"], out[f"{k}_hi"] = v
+        elif v is None and k.endswith("_ci"):  # no interval: both ends empty, same columns in every row
+            out[f"{k}_lo"], out[f"{k}_hi"] = None, None
         else:
             out[k] = v
     return out

@@ -240,3 +240,11 @@ def test_property_mean_interval_contains_the_mean_or_is_absent(values):
         assert math.isnan(hi)
         return
     assert lo <= m <= hi and hi > lo
+
+
+def test_csv_has_the_same_interval_columns_with_or_without_an_interval():
+    rows = [aggregate(runs(LeasePolicy(30, 10, 5), n=1)), aggregate(runs(LeasePolicy(30, 10, 5), n=3))]
+    lines = to_csv(rows).splitlines()
+    header = lines[0].split(",")
+    assert "detection_latency_mean_s_ci_lo" in header and "detection_latency_mean_s_ci" not in header
+    assert all(len(line.split(",")) == len(header) for line in lines[1:])
