@@ -14,7 +14,7 @@ from emqsim.records import RESULTS_SCHEMA, Attempt, LockEvent, Run, SweepEvent, 
 from emqsim.scenario import STANDARD, Scenario, standard
 from emqsim.stats import RunSummary, simulate_summary, summarize
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "RESULTS_SCHEMA",

@@ -168,6 +168,7 @@ def lease_detection(
     swept_by: SweptBy = "workers",
     rtt: float = DEFAULT_RTT,
     resolution: float = MS,
+    sweepers: int | None = None,
 ) -> Latency:
     """T_D (crash -> reclaim) for a worker that crashes at a uniformly random moment of a job's steady state.
 
@@ -187,6 +188,9 @@ def lease_detection(
     max(L, P) + G + h two phase; BullMQ's 30 s lock with 30 s stalledInterval gives about L + 2 S), `lo` uses
     the rate-limit gap scan + eps, and the mean is exact only when a hand-over cannot delay the detection
     (L - B >= scan single phase, L - B >= 2 scan + rtt two phase); otherwise it is a lower bound.
+    Given `sweepers` = n (live workers sweeping, each with an independent random phase) the mean is exact:
+    with probability 1/n the crashed worker was the one sweeping and the hand-over lag (the least of n - 1
+    uniform offsets in (0, scan]) delays the next sweeps (`handover_detection_mean`).
     Assumes the crash comes after the job's first renewal, fixed rtt < tick, and B < L.
     """
     if swept_by not in ("workers", "reaper"):
@@ -210,8 +214,64 @@ def lease_detection(
         lo_r = max(L, S) + eps if two_phase else L + eps
         hi_r = max(L, P) + G if two_phase else L + G
         exact = (L - B >= S + P) if two_phase else (L - B >= S)
+    if swept_by == "workers" and sweepers is not None:
+        # the crashed worker is the one sweeping with probability 1/n; then the hand-over adds its lag
+        n = int(sweepers)
+        if n < 2:
+            raise ValueError(f"sweepers must be >= 2 (someone must take over the sweep), got {sweepers}")
+        handed = handover_detection_mean(L, B, S, P, h, eps, n, two_phase)
+        mean = (1 - 1 / n) * mean + handed / n
+        exact = True
     # T_D = (reclaim - r_last) - (c - r_last), with c - r_last = u - h and u in [0, B] (0: a same-ms tie).
     return Latency(mean=mean, lo=lo_r + h - B, hi=hi_r + h, mean_exact=exact)
+
+
+def handover_lag_survival(x: float, scan: float, sweepers: int) -> float:
+    """P(hand-over lag > x): when the sweeping worker dies, each of the other n - 1 workers' next attempt
+    comes an independent uniform offset in (0, S] after the sweep the dead one would have made; the lag is
+    the least of them: P(lag > x) = (1 - x/S)^(n - 1), mean S/n."""
+    return float(np.clip(1 - x / scan, 0.0, 1.0) ** (sweepers - 1))
+
+
+def handover_detection_mean(
+    L: float, B: float, S: float, P: float, h: float, eps: float, sweepers: int, two_phase: bool
+) -> float:
+    """E[T_D] when the crashed worker was the one sweeping (exact expectation of the reclaim rule below,
+    evaluated on a fine grid; docs/theory.md section 2).
+
+    Relative to the crash: the lock vanishes at v = L + eps + h - u (u ~ U(0, B]); the dead sweeper's last
+    sweep is p1 (a - P, or a if its request was already on the wire, a ~ U(0, P]); the new sweeper's sweeps
+    are t_k = p1 + P + lag + k P (lag: `handover_lag_survival`). Single phase: the first t_k >= v. Two phase:
+    the same, unless that is t_0 and the sweep before it (p1) came before the last renewal r = h - u: then
+    t_1. With lag = 0 this reproduces the no-hand-over mean L' + h + (P - B)/2.
+    Single phase it has the closed form L + h + (P - B)/2 + E[(lag - v)+], with
+    E[(lag - v)+] = S^2 / (n (n + 1) B) * (w1^(n+1) - w0^(n+1)), w = (1 - v/S)+ at u = B and u = 0.
+    """
+    grid = 240
+    a = (np.arange(grid) + 0.5) / grid * P
+    u = (np.arange(grid) + 0.5) / grid * B
+    q = (np.arange(grid) + 0.5) / grid  # quantiles of the lag: lag = S (1 - (1 - q)^(1/(n-1)))
+    lag = S * (1 - (1 - q) ** (1 / (sweepers - 1)))
+    A, U, D = np.meshgrid(a, u, lag, indexing="ij", sparse=True)
+    p1 = np.where(A < h, A, A - P)  # noqa: SIM300 (the sweep was already on the wire)
+    t0 = p1 + P + D
+    v = L + eps + h - U
+    k = np.maximum(0, np.ceil((v - t0) / P))
+    if two_phase:
+        r = h - U
+        k = np.where((k == 0) & (p1 <= r), 1, k)
+    return float(np.mean(t0 + k * P))
+
+
+def handover_extra_single_phase(L: float, B: float, S: float, h: float, eps: float, sweepers: int) -> float:
+    """Closed form of E[(lag - v)+] (single phase): what a hand-over adds to the mean detection."""
+    n = sweepers
+    c0 = L + eps + h
+
+    def w(v: float) -> float:
+        return max(0.0, 1 - v / S)
+
+    return S * S / (n * (n + 1) * B) * (w(c0 - B) ** (n + 1) - w(c0) ** (n + 1))
 
 
 # -- timeout: detection of a crashed worker ---------------------------------------------------------------------

@@ -15,7 +15,8 @@ import os
 import signal
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -29,6 +30,7 @@ from emqsim.scenario import STANDARD, Scenario, standard
 from emqsim.stats import to_csv, to_json
 from emqsim.units import MAX_SECONDS, check_distribution
 
+RUN_REPLICATIONS = 10  # `run`'s default: enough runs for t intervals with 9 degrees of freedom, in seconds
 DEFAULT_TIMEOUTS = (30.0, 120.0, 600.0, 1200.0)
 DEFAULT_SCENARIOS = ("slow-alive", "fast-dead", "frozen", "flaky-network", "production")
 
@@ -359,6 +361,7 @@ def build_parser() -> Parser:
         action="store_true",
         help="after an interrupt, replace --out even if it held more rows than finished",
     )
+    p.add_argument("--wide", action="store_true", help="all table columns (the default fits 100 columns)")
     add_run_flags(p)
     add_work_flags(p)
 
@@ -396,7 +399,10 @@ def build_parser() -> Parser:
         "by the jobs in flight (for big --job-count)",
     )
     p.add_argument(
-        "--replications", type=whole(1, MAX_COUNT), default=1, help="runs, one seed stream each (default 1)"
+        "--replications",
+        type=whole(1, MAX_COUNT),
+        default=RUN_REPLICATIONS,
+        help=f"independent runs (default {RUN_REPLICATIONS}; with 1 there are no confidence intervals)",
     )
     add_run_flags(p)
     add_work_flags(p)
@@ -440,6 +446,9 @@ def build_parser() -> Parser:
     p = sub.add_parser(
         "examples", help="list the example scenario files shipped with emqsim and where they are installed"
     )
+
+    p = sub.add_parser("fields", help="what every table column and JSON field counts, and its interval")
+    p.add_argument("--json", action="store_true", help="print the fields as JSON")
 
     p = sub.add_parser("figures", help="regenerate every figure in figures/ from fixed seeds")
     p.add_argument(
@@ -604,56 +613,178 @@ def _span_dist(pair: tuple[float, float]) -> float | Distribution:
 
 
 # -- output ---------------------------------------------------------------------------------------------------
-def _fmt(x: Any, digits: int = 1) -> str:
-    if x is None:
+TABLE_WIDTH = 100  # default tables fit a 100-column terminal; --wide adds the rest
+FIELDS_HINT = "columns explained: python -m emqsim fields"
+
+
+def _decimals(x: float, significant: int) -> int:
+    """Decimals that show `significant` significant digits of x (0 for big numbers, at most 4)."""
+    if x == 0 or not math.isfinite(x):
+        return 0
+    return max(0, min(4, significant - 1 - math.floor(math.log10(abs(x)))))
+
+
+def _fmt(x: Any, digits: int | None = None) -> str:
+    """A number for a table: `-` for none, whole numbers as they are, floats with 3 significant digits
+    (or `digits` decimals)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
-    if isinstance(x, float):
-        return f"{x:.{digits}f}"
-    return str(x)
+    if isinstance(x, bool) or not isinstance(x, float):
+        return str(x)
+    if x == 0:
+        return "0"
+    if digits is None and x.is_integer() and abs(x) < 1e6:
+        return f"{x:.0f}"
+    d = digits if digits is not None else _decimals(x, 3)
+    return f"{x:.{d}f}"
 
 
-def _ci(value: Any, ci: Any, digits: int = 1) -> str:
+def _ci(value: Any, ci: Any, lower_bound: bool = False, upper_bound: bool = False) -> str:
+    """`est [lo, hi]`, with `n/a` for a missing end (or for the whole interval when there is none) and a
+    `>=`/`<=` marker when the estimate is only a bound. Never prints a zero-width interval."""
     if value is None:
         return "-"
-    if not ci or ci[0] is None:
-        return _fmt(value, digits)
-    return f"{value:.{digits}f} [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+    marker = ">=" if lower_bound else ("<=" if upper_bound else "")
+    ends = [x for x in (ci or []) if x is not None]
+    if not ends:
+        return f"{marker}{_fmt(value)} [n/a]"
+    if ci[0] is not None and ci[1] is not None and ci[0] == ci[1]:
+        return f"{marker}{_fmt(value)} [n/a]"  # defensive: a zero-width interval is no interval
+    d = _decimals(float(value), 3) if value else 0
+    d = max([d] + [_decimals(float(x), 2) for x in ends if x])
+    if ci[0] is not None and ci[1] is not None and ci[1] > ci[0]:
+        d = max(d, min(4, _decimals(ci[1] - ci[0], 1)))
+    if value:
+        d = min(d, max(0, 3 - math.floor(math.log10(abs(value)))))  # at most 4 significant digits
+    d = _distinct(ci, d)
+
+    def end(x: Any) -> str:
+        return "n/a" if x is None else ("0" if x == 0 else f"{x:.{d}f}")
+
+    est = "0" if value == 0 else f"{value:.{d}f}"
+    return f"{marker}{est} [{end(ci[0])}, {end(ci[1])}]"
+
+
+def _distinct(ci: Any, d: int) -> int:
+    """More decimals until the two printed ends differ: an interval must never look zero-width."""
+    if ci and ci[0] is not None and ci[1] is not None and ci[1] > ci[0]:
+        while d < 8 and f"{ci[0]:.{d}f}" == f"{ci[1]:.{d}f}":
+            d += 1
+    return d
 
 
 def settings_text(row: dict[str, Any]) -> str:
+    """The policy and its settings in seconds: `lease L=30 B=10 S=5`, `timeout T=600 S=5`."""
     if row.get("timeout") is not None:
-        return f"T={row['timeout']:g} scan={row['scan']:g}"
-    return f"L={row['lease']:g} B={row['beat']:g} scan={row['scan']:g}"
+        return f"{row['policy']} T={row['timeout']:g} S={row['scan']:g}"
+    beat = f" B={row['beat']:g}" if row.get("beat") is not None else ""
+    return f"{row['policy']} L={row['lease']:g}{beat} S={row['scan']:g}"
+
+
+def _bound(row: dict[str, Any], key: str) -> bool:
+    return bool(row.get(key))
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: a two-line header (what; per run / per job / total, unit), the cell, the JSON field."""
+
+    title: str
+    scope: str
+    cell: Callable[[dict[str, Any]], str]
+    field: str
+    wide: bool = False  # shown only with --wide
 
 
 TABLE_COLUMNS = (
-    ("scenario", lambda r: r["scenario"]),
-    ("policy", lambda r: r["policy"]),
-    ("settings (s)", settings_text),
-    ("false reclaims/job [95% CI]", lambda r: _ci(r["false_reclaim_rate"], r["false_reclaim_rate_ci"], 3)),
-    ("detect mean s [95% CI]", lambda r: _ci(r["detection_latency_mean"], r["detection_latency_mean_ci"])),
-    ("p95", lambda r: _fmt(r["detection_latency_p95"])),
-    ("max", lambda r: _fmt(r["detection_latency_max"])),
-    ("undet", lambda r: _fmt(r["undetected"])),
-    ("hostage s/run", lambda r: _fmt(r["hostage_time"])),
-    ("dup runs", lambda r: _fmt(r["duplicate_executions"])),
-    ("wasted s/run", lambda r: _fmt(r["wasted_work"])),
-    ("redis req/s", lambda r: _fmt(r["redis_commands_per_s"], 2)),
+    Column("scenario", "", lambda r: str(r["scenario"]), "scenario"),
+    Column("policy, settings", "seconds", settings_text, "policy"),
+    Column(
+        "false reclaims",
+        "per job [95% CI]",
+        lambda r: _ci(r["false_reclaims_per_job"], r["false_reclaims_per_job_ci"]),
+        "false_reclaims_per_job",
+    ),
+    Column(
+        "detection s",
+        "mean/crash [95% CI]",
+        lambda r: _ci(
+            r["detection_latency_mean_s"],
+            r["detection_latency_mean_s_ci"],
+            lower_bound=_bound(r, "detection_latency_censored"),
+        ),
+        "detection_latency_mean_s",
+    ),
+    Column(
+        "p95 s",
+        "pooled",
+        lambda r: (
+            (">=" if _bound(r, "detection_latency_pooled_p95_s_lower_bound") else "")
+            + _fmt(r["detection_latency_pooled_p95_s"])
+        ),
+        "detection_latency_pooled_p95_s",
+        wide=True,
+    ),
+    Column("undet.", "total", lambda r: _fmt(r["crashes_undetected_total"]), "crashes_undetected_total"),
+    Column(
+        "hostage s",
+        "per run",
+        lambda r: (">=" if _bound(r, "detection_latency_censored") else "") + _fmt(r["hostage_s_per_run"]),
+        "hostage_s_per_run",
+    ),
+    Column(
+        "max s",
+        "pooled",
+        lambda r: (
+            (">=" if _bound(r, "detection_latency_censored") else "")
+            + _fmt(r["detection_latency_pooled_max_s"])
+        ),
+        "detection_latency_pooled_max_s",
+        wide=True,
+    ),
+    Column("crashes", "total", lambda r: _fmt(r["crashes_total"]), "crashes_total", wide=True),
+    Column(
+        "dup runs",
+        "per run",
+        lambda r: _fmt(r["duplicate_executions_per_run"]),
+        "duplicate_executions_per_run",
+        wide=True,
+    ),
+    Column(
+        "wasted s",
+        "per run [95% CI]",
+        lambda r: _ci(r["wasted_work_s_per_run"], r["wasted_work_s_per_run_ci"]),
+        "wasted_work_s_per_run",
+        wide=True,
+    ),
+    Column(
+        "redis req/s",
+        "per run-second",
+        lambda r: _fmt(r["redis_requests_per_s"]),
+        "redis_requests_per_s",
+        wide=True,
+    ),
 )
 
 
-def format_table(rows: Sequence[dict[str, Any]], columns=TABLE_COLUMNS) -> str:
-    cells = [[name for name, _ in columns]] + [[get(r) for _, get in columns] for r in rows]
+def format_table(rows: Sequence[dict[str, Any]], columns=TABLE_COLUMNS, wide: bool = False) -> str:
+    """A plain-text table with a two-line header; the first two columns left-aligned, numbers right-aligned;
+    a footer pointing at the field reference."""
+    columns = [c for c in columns if wide or not c.wide]
+    cells = [[c.title for c in columns], [c.scope for c in columns]]
+    cells += [[c.cell(r) for c in columns] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
     lines = []
     for n, row in enumerate(cells):
         lines.append(
             "  ".join(
-                c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+                c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
             ).rstrip()
         )
-        if n == 0:
+        if n == 1:
             lines.append("  ".join("-" * w for w in widths))
+    extra = "" if wide else "; --wide for more columns"
+    lines.append(f"{FIELDS_HINT}{extra}")
     return "\n".join(lines)
 
 
@@ -688,6 +819,13 @@ def provenance(args: argparse.Namespace, **fields: Any) -> dict[str, Any]:
 
 
 CSV_PROVENANCE_PREFIX = "# emqsim provenance: "
+
+
+def _wrap(text: str, indent: int, width: int = TABLE_WIDTH) -> str:
+    import textwrap
+
+    pad = " " * indent
+    return textwrap.fill(text, width=width, initial_indent=pad, subsequent_indent=pad, break_on_hyphens=False)
 
 
 def write_rows(path: Path, rows: list[dict[str, Any]], header: dict[str, Any]) -> None:
@@ -764,7 +902,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if args.json:
             sys.stdout.write(to_json(rows, **header))
         else:
-            print(format_table(rows))
+            print(format_table(rows, wide=args.wide))
             _print_paired(result, cells)
     if interrupted or stop.signum is not None:
         return 143 if stop.signum == signal.SIGTERM else 130
@@ -954,6 +1092,32 @@ def check_sweep_work(
     )
 
 
+PAIRED_METRICS = (
+    ("detection_latencies", "detection s per crash", " s"),
+    ("false_reclaims", "false reclaims per run", ""),
+    ("hostage_time", "hostage s per run", " s"),
+)
+
+
+def paired_text(d: dict[str, Any], unit: str) -> str:
+    """`-425.5 s [-466.1, -384.9]`; a censored side makes it a bound (`<=`/`>=`, one end n/a); no spread
+    between the pairs gives `[n/a: the same in all N pairs]`, never a zero-width interval."""
+    marker = {"upper": "<=", "lower": ">=", "none": "~"}.get(d.get("bound", "exact"), "")
+    mean = d["mean"]
+    if d["ci"] is None:
+        why = f"the same in all {d['pairs']} pairs" if d["pairs"] >= 2 else f"{d['pairs']} pair"
+        if d.get("bound") == "none":
+            why = "both sides censored"
+        return f"{marker}{mean:+.3g}{unit} [n/a: {why}]"
+    ci = d["ci"]
+    d_ = max(_decimals(mean, 3) if mean else 0, *(_decimals(x, 2) for x in ci if x))
+    if ci[0] is not None and ci[1] is not None and ci[1] > ci[0]:
+        d_ = max(d_, min(4, _decimals(ci[1] - ci[0], 2)))
+    d_ = _distinct(ci, d_)
+    ends = ["n/a" if x is None else f"{x:+.{d_}f}" for x in ci]
+    return f"{marker}{mean:+.{d_}f}{unit} [{ends[0]}, {ends[1]}]"
+
+
 def _print_paired(result, cells) -> None:
     """Per scenario: the lease minus the seed's 10-minute timeout, paired on the same seeds, with 95% CIs."""
     lines = []
@@ -967,22 +1131,23 @@ def _print_paired(result, cells) -> None:
         )
         if key and key not in by_scenario.setdefault(cell.scenario.name, {}):
             by_scenario[cell.scenario.name][key] = index
+    name_width = max((len(n) for n in by_scenario), default=0)
+    label_width = max(len(label) for _, label, _ in PAIRED_METRICS)
     for name, pair in by_scenario.items():
         if "lease" not in pair or "timeout" not in pair:
             continue
-        parts = []
-        for metric, label, unit in (
-            ("detection_latencies", "detection latency", " s"),
-            ("false_reclaims", "false reclaims/run", ""),
-            ("hostage_time", "hostage time", " s"),
-        ):
+        first = True
+        for metric, label, unit in PAIRED_METRICS:
             d = result.paired(pair["lease"], pair["timeout"], metric)
-            if d["mean"] is not None and d["pairs"] >= 2 and not (d["mean"] == 0 and d["ci"] == [0.0, 0.0]):
-                parts.append(f"{label} {d['mean']:+.2f}{unit} [{d['ci'][0]:+.2f}, {d['ci'][1]:+.2f}]")
-        if parts:
-            lines.append(f"  {name}: " + "; ".join(parts))
+            if d["mean"] is None or d["pairs"] < 1 or (d["mean"] == 0 and d["ci"] is None):
+                continue  # nothing to compare, or no difference in any pair
+            head = name if first else ""
+            lines.append(f"  {head.ljust(name_width)}  {label.ljust(label_width)}  {paired_text(d, unit)}")
+            first = False
     if lines:
         print("\nlease minus the 600 s timeout, paired on the same seeds (95% CI):\n" + "\n".join(lines))
+        if any("  <=" in line or "  >=" in line for line in lines):
+            print("  (<= / >=: some crashes were still undetected at the horizon, so only one end is known)")
 
 
 def _dask_executor(address: str):
@@ -1027,12 +1192,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     ]
     row = aggregate(summaries)
     if args.json:
-        sys.stdout.write(to_json([row], version=__version__, seed=args.seed))
+        sys.stdout.write(to_json([row], version=__version__, seed=args.seed, replications=args.replications))
         return 0
-    print(f"{scenario.name} under {policy!r}, {args.replications} run(s), seed {args.seed}")
-    width = max(len(k) for k in row)
-    for key, value in row.items():
-        print(f"  {key.ljust(width)}  {value}")
+    print(f"{scenario.name} under {policy!r}")
+    print(f"{args.replications} replication(s), seed {args.seed}; 95% CIs over replications", end="")
+    print(" (none with one replication)" if args.replications < 2 else "")
+    print(run_report(row))
+    print(FIELDS_HINT)
     return 0
 
 
@@ -1043,6 +1209,38 @@ def _progress(items: Any, quiet: bool) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(items, unit="run", file=sys.stderr, desc="simulating", leave=False)
+
+
+def run_report(row: dict[str, Any]) -> str:
+    """`run`'s output: one line per field (new names only, no deprecated aliases), numbers rounded for
+    reading, each interval beside its estimate (`n/a` where there is none), bounds marked `>=`."""
+    from emqsim.stats import DEPRECATED_KEYS
+
+    skip = set(DEPRECATED_KEYS) | {"scenario"}
+    keys = [k for k in row if k not in skip and not k.endswith("_ci") and not k.endswith("_lower_bound")]
+    keys = [k for k in keys if k != "detection_latency_censored"]
+    width = max(len(k) for k in keys)
+    lines = []
+    for key in keys:
+        value = row[key]
+        lower = (key == "hostage_s_per_run" or key.startswith("detection_latency_")) and bool(
+            row.get("detection_latency_censored")
+        )
+        if key.startswith("detection_latency_pooled_p"):
+            lower = bool(row.get(f"{key}_lower_bound"))
+        if key == "detection_latency_pooled_min_s":
+            lower = False
+        if f"{key}_ci" in row:
+            text = _ci(value, row[f"{key}_ci"], lower_bound=lower)
+        else:
+            text = (">=" if lower and value is not None else "") + _fmt(value)
+        lines.append(f"  {key.ljust(width)}  {text}")
+    if row.get("detection_latency_censored"):
+        lines.append(
+            f"  >=: {row['crashes_undetected_total']} crash(es) still undetected at the horizon count with "
+            "their latency so far"
+        )
+    return "\n".join(lines)
 
 
 COMPARE_VERDICTS = {
@@ -1089,7 +1287,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             row["reclaimed_after_mean"] = sum(reclaim_ages) / len(reclaim_ages) if reclaim_ages else None
             rows.append(row)
     if args.json:
-        sys.stdout.write(to_json(rows, version=__version__, seed=args.seed))
+        sys.stdout.write(to_json(rows, version=__version__, seed=args.seed, replications=args.replications))
         return 0
     cells = {}
     for row in rows:
@@ -1098,19 +1296,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
         text = COMPARE_VERDICTS[(kind, reclaimed)]
         if reclaimed and kind == "slow":
             text += f" (at {row['reclaimed_after_mean']:.0f} s, in {row['reclaimed_fraction']:.0%} of runs)"
-        elif reclaimed and row["detection_latency_mean"] > HOSTAGE_AFTER:
+        elif reclaimed and row["detection_latency_mean_s"] > HOSTAGE_AFTER:
             text = (
-                f"WRONG: held hostage, recovered only {row['detection_latency_mean']:.0f} s after the crash"
+                f"WRONG: held hostage, recovered only {row['detection_latency_mean_s']:.0f} s after the crash"
             )
         elif reclaimed:
-            text += f" {row['detection_latency_mean']:.0f} s after the crash"
+            latency = _ci(
+                row["detection_latency_mean_s"],
+                row["detection_latency_mean_s_ci"],
+                lower_bound=bool(row["detection_latency_censored"]),
+            )
+            text += f" {latency} s after the crash (mean [95% CI])"
         cells[(row["world"], row["rule"])] = text
     print(f"timeout {args.timeout:g} s vs lease {args.lease:g} s / beat {args.beat:g} s (scan {args.scan:g} s), "
-          f"{args.replications} runs each\n")  # fmt: skip
-    width = max(len(t) for t in cells.values())
-    print(f"{'':16}  {'timeout rule'.ljust(width)}  lease rule")
+          f"{args.replications} runs each")  # fmt: skip
     for world in worlds:
-        print(f"{world:16}  {cells[(world, 'timeout')].ljust(width)}  {cells[(world, 'lease')]}")
+        print(f"\n{world}")
+        for rule in ("timeout", "lease"):
+            print(_wrap(f"{rule + ' rule':13} {cells[(world, rule)]}", 2, TABLE_WIDTH))
     return 0
 
 
@@ -1188,9 +1391,10 @@ def cmd_presets(args: argparse.Namespace) -> int:
         settings = ", ".join(
             f"{k} {v:g}" for k, v in row.items() if k in ("lease", "beat", "scan", "timeout", "max_stalled")
         )
-        print(
-            f"{row['name']:15} {row['system']}: {row['mechanism']}\n{'':15} {settings}\n{'':15} {row['description']}\n{'':15} source: {row['source']}\n"
-        )
+        print(_wrap(f"{row['name']}: {row['system']}: {row['mechanism']}", 0))
+        for text in (f"settings (s): {settings}", row["description"], f"source: {row['source']}"):
+            print(_wrap(text, 4))
+        print()
     return 0
 
 
@@ -1211,6 +1415,21 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
     for name, factory in STANDARD.items():
         knobs = ", ".join(f"{p.name}={p.default!r}" for p in inspect.signature(factory).parameters.values())
         print(f"{name}\n" + _indented(scenario_summary(factory)) + "\n" + _indented(f"knobs: {knobs}"))
+    return 0
+
+
+def cmd_fields(args: argparse.Namespace) -> int:
+    from emqsim.fields import FIELDS
+
+    if args.json:
+        sys.stdout.write(json.dumps([f.__dict__ for f in FIELDS], indent=2) + "\n")
+        return 0
+    for f in FIELDS:
+        old = f" (was {', '.join(f.deprecated)})" if f.deprecated else ""
+        print(_wrap(f"{f.name}{old}", 0))
+        print(_wrap(f"{f.meaning} Interval: {f.interval}", 4))
+    print(_wrap("Deprecated keys are still written, with the same values, until 0.4; methods and coverage: "
+                "docs/statistics.md.", 0))  # fmt: skip
     return 0
 
 
@@ -1260,6 +1479,7 @@ COMMANDS = {
     "presets": cmd_presets,
     "scenarios": cmd_scenarios,
     "examples": cmd_examples,
+    "fields": cmd_fields,
     "figures": cmd_figures,
     "grade": cmd_grade,
 }

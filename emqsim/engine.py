@@ -96,6 +96,7 @@ class Simulation:
         if job_sink is not None:
             self.server.on_finish_applied = self._finish_applied
         self.workers: dict[int, Worker] = {}
+        self._sweeper_phase: tuple[int, int] | None = None  # see _sweep_phases
         self.worker_events: list[WorkerEvent] = []
         self.executing = 0
         self.arrived = 0
@@ -281,8 +282,16 @@ class Simulation:
             first = tick if aligned or restarted else int(phases.integers(1, tick + 1))
             self.env.process(worker.lock_manager(first))
         if policy.swept_by == "workers":
-            # BullMQ's stalled checker runs once as soon as the worker starts
-            first = 0 if aligned or restarted else int(phases.integers(0, policy.sweep_interval_ms))
+            # BullMQ's stalled checker runs once as soon as the worker starts. Workers started at independent
+            # arbitrary moments: the one that sweeps (rate limit held) is a random one, the others' attempts
+            # fall at independent uniform offsets in (0, scan] after each of its sweeps (one later than scan
+            # would take over), so a hand-over after the sweeper dies waits the least of those offsets.
+            if aligned or restarted:
+                first = 0
+            else:
+                incumbent, phase = self._sweep_phases()
+                offset = int(phases.integers(1, policy.sweep_interval_ms + 1))
+                first = phase if wid == incumbent else phase + offset
             self.env.process(worker.sweeper(first))
         for _ in range(self.scenario.concurrency):
             self.env.process(worker.slot())
@@ -294,6 +303,16 @@ class Simulation:
             if faults.freeze_rate > 0:
                 self.env.process(self._random_freezes(worker, self._rng("faults", wid, 1)))
         return worker
+
+    def _sweep_phases(self) -> tuple[int, int]:
+        """(the worker sweeping when the run starts, the ms of its first sweep), drawn once per run."""
+        if self._sweeper_phase is None:
+            rng = self._rng("phases", 0, 1)
+            self._sweeper_phase = (
+                int(rng.integers(0, self.scenario.workers)),
+                int(rng.integers(0, self.policy.sweep_interval_ms)),
+            )
+        return self._sweeper_phase
 
     def _worker_fault(self, fault: Crash | Freeze):
         assert fault.at is not None and fault.worker is not None  # a fault at a time on a worker

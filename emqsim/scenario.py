@@ -23,8 +23,10 @@ class Scenario:
     jobs          how many jobs arrive: all at t=0, or as a Poisson stream with `arrival_rate` per second
     duration      each job's work (drawn once per job: a retried job needs the same work again)
     faults        explicit crashes and freezes; `random_faults` draws more per worker
-    phases        "random": each worker's renewal and sweep timers start at a uniformly drawn offset
-                  (workers start at arbitrary times in real deployments); "aligned": all at t=0
+    phases        "random": workers started at arbitrary times in real deployments, so each worker's renewal
+                  timer starts at a uniformly drawn offset, one random worker holds the sweep rate limit
+                  and the others' sweep attempts come uniform offsets in (0, scan] after its sweeps;
+                  "aligned": all at t=0
     horizon       the run stops here even if jobs are still held (nothing reclaims them if every worker
                   is dead and there is no reaper)
     hz            Redis's active-expire frequency

@@ -326,3 +326,32 @@ def test_lost_renewal_lapse_limits():
     # long jobs: about a run of k* losses among D/B renewals
     approx = run_probability(60, 3, 0.3)
     assert lost_renewal_lapse_probability(30, 10, 600, 0.3) == pytest.approx(approx, abs=0.03)
+
+
+def test_hand_over_lag_and_its_closed_form():
+    from emqsim.analytic import (
+        handover_detection_mean,
+        handover_extra_single_phase,
+        handover_lag_survival,
+        one_way,
+        sweep_period,
+    )
+
+    # the least of n - 1 uniform offsets in (0, S]: P(lag > x) = (1 - x/S)^(n-1), mean S/n
+    S = 5.0
+    for n in (2, 3, 5):
+        xs = np.linspace(0, S, 20001)
+        mean = np.trapezoid([handover_lag_survival(x, S, n) for x in xs], xs)
+        assert mean == pytest.approx(S / n, rel=1e-4)
+    # single phase: the grid expectation agrees with the closed form E[(lag - v)+]
+    L, B = 12.0, 10.0
+    P, (h, _) = sweep_period(S), one_way()
+    for n in (2, 4):
+        grid = handover_detection_mean(L, B, S, P, h, 0.001, n, two_phase=False) - (L + h + (P - B) / 2)
+        assert grid == pytest.approx(handover_extra_single_phase(L, B, S, h, 0.001, n), abs=0.01)
+    # L - B >= 2S + R: the hand-over is over before the lock can lapse, nothing to add
+    assert lease_detection(30, 10, 5, sweepers=2).mean == pytest.approx(
+        lease_detection(30, 10, 5).mean, abs=0.01
+    )
+    with pytest.raises(ValueError):
+        lease_detection(30, 10, 5, sweepers=1)

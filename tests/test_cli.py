@@ -14,11 +14,37 @@ from emqsim.cli import main
 
 FAST = ["--replications", "3", "--quiet", "--jobs", "1"]
 ROW_KEYS = {
-    "scenario", "policy", "lease", "beat", "scan", "timeout", "replications", "jobs", "false_reclaims",
-    "false_reclaim_rate", "false_reclaim_rate_ci", "detection_latency_mean", "detection_latency_mean_ci",
-    "detection_latency_p50", "detection_latency_p95", "detection_latency_max", "detection_latency_min",
-    "undetected", "hostage_time", "duplicate_executions", "wasted_work", "finishes_rejected",
-    "duplicate_completions", "redis_commands_per_s",
+    "scenario",
+    "policy",
+    "lease",
+    "beat",
+    "scan",
+    "timeout",
+    "replications",
+    "jobs",
+    "false_reclaims",
+    "false_reclaim_rate",
+    "false_reclaim_rate_ci",
+    "detection_latency_mean",
+    "detection_latency_mean_ci",
+    "detection_latency_p50",
+    "detection_latency_p95",
+    "detection_latency_max",
+    "detection_latency_min",
+    "undetected",
+    "hostage_time",
+    "duplicate_executions",
+    "wasted_work",
+    "finishes_rejected",
+    "duplicate_completions",
+    "redis_commands_per_s",
+}  # fmt: skip  (the 0.2 names: deprecated aliases, still written in 0.3)
+NEW_ROW_KEYS = {
+    "jobs_total", "false_reclaims_total", "false_reclaims_per_job", "false_reclaims_per_job_ci",
+    "crashes_total", "detections_total", "crashes_undetected_total", "detection_latency_censored",
+    "detection_latency_mean_s", "detection_latency_mean_s_ci", "detection_latency_pooled_p95_s",
+    "detection_latency_pooled_max_s", "hostage_s_per_run", "duplicate_executions_total",
+    "wasted_work_s_per_run", "redis_requests_per_s",
 }  # fmt: skip
 
 
@@ -35,8 +61,8 @@ def test_sweep_json_contract(capsys):
     assert set(data) >= {"version", "seed", "rows"}
     assert [r["policy"] for r in data["rows"]] == ["lease", "timeout", "timeout"]
     for row in data["rows"]:
-        assert set(row) >= ROW_KEYS
-        assert len(row["false_reclaim_rate_ci"]) == 2
+        assert set(row) >= ROW_KEYS | NEW_ROW_KEYS
+        assert len(row["false_reclaims_per_job_ci"]) == 2
     lease, t60, t600 = data["rows"]
     assert lease["timeout"] is None and lease["lease"] == 30 and lease["beat"] == 10
     assert t600["lease"] is None and t600["timeout"] == 600
@@ -55,9 +81,15 @@ def test_sweep_grid_syntax(capsys):
 def test_sweep_table_and_paired_line(capsys):
     code, out, _ = run_cli(capsys, "sweep", "--scenario", "fast-dead", "--timeout", "600", *FAST)
     assert code == 0
-    assert "detect mean s [95% CI]" in out and "fast-dead" in out
+    header, scope = out.splitlines()[:2]
+    assert "false reclaims" in header and "detection s" in header and "fast-dead" in out
+    assert "per job [95% CI]" in scope and "mean/crash [95% CI]" in scope
+    assert "total" in scope and "per run" in scope
+    assert "python -m emqsim fields" in out
     assert "lease minus the 600 s timeout, paired on the same seeds" in out
-    assert "fast-dead: detection latency -5" in out
+    assert (
+        "fast-dead      detection s per crash   -5" in out or "fast-dead  detection s per crash   -5" in out
+    )
 
 
 def test_sweep_writes_csv_and_json_atomically(tmp_path, capsys):
@@ -111,11 +143,11 @@ def test_run_compare_presets_scenarios_timeline(capsys):
     code, out, _ = run_cli(
         capsys, "run", "--scenario", "frozen", "--freeze-after", "5", "--freeze-for", "40", "--json"
     )
-    assert code == 0 and json.loads(out)["rows"][0]["false_reclaims"] == 1
+    assert code == 0 and json.loads(out)["rows"][0]["false_reclaims_total"] == 10  # 10 replications
     code, out, _ = run_cli(
         capsys, "run", "--die-after", "1:2", "--workers", "2", "--job-count", "1", "--duration", "60"
     )
-    assert code == 0 and "detection_latency_mean" in out
+    assert code == 0 and "detection_latency_mean_s" in out and "10 replication(s)" in out
     code, out, _ = run_cli(capsys, "compare", "--replications", "3")
     assert code == 0
     assert "WRONG: reclaimed from a live worker" in out and "right: left alone" in out
@@ -297,3 +329,73 @@ def test_progress_bar_on_a_terminal():
     shown = b"".join(chunks)
     assert proc.returncode == 0 and json.loads(out)["rows"]
     assert b"simulating:" in shown and b"/40 [" in shown  # a live bar over the 40 runs
+
+
+# -- output that can be trusted: no zero-width intervals, headers that say what they count, 100 columns -----
+def _widest(text: str) -> int:
+    return max(len(line) for line in text.splitlines())
+
+
+def test_one_replication_prints_no_interval_anywhere(capsys):
+    code, out, _ = run_cli(capsys, "run", "--scenario", "fast-dead", "--replications", "1")
+    assert code == 0 and "[n/a]" in out and "1 replication(s)" in out and "none with one replication" in out
+    code, out, _ = run_cli(capsys, "run", "--scenario", "fast-dead", "--replications", "1", "--json")
+    row = json.loads(out)["rows"][0]
+    assert all(row[k] is None for k in row if k.endswith("_ci"))
+    code, out, _ = run_cli(
+        capsys, "sweep", "--scenario", "fast-dead", "--timeout", "600", "--replications", "1", "--quiet"
+    )
+    assert code == 0 and "[n/a]" in out
+    code, out, _ = run_cli(capsys, "compare", "--replications", "1")
+    assert code == 0 and "[n/a]" in out
+
+
+def test_no_printed_interval_is_zero_width(capsys):
+    """slow-alive's paired line used to read `-1.00 [-1.00, -1.00]`: every pair differs by exactly one."""
+    import re
+
+    code, out, _ = run_cli(capsys, "sweep", "--scenario", "slow-alive", "--scenario", "fast-dead", *FAST)
+    assert code == 0
+    assert "[n/a: the same in all 3 pairs]" in out
+    for lo, hi in re.findall(r"\[([-+0-9.]+), ([-+0-9.]+)\]", out):
+        assert lo != hi
+
+
+def test_tables_fit_100_columns_and_wide_has_more(capsys):
+    code, out, _ = run_cli(capsys, "sweep", "--scenario", "fast-dead", "--scenario", "production", *FAST)
+    assert code == 0 and _widest(out) <= 100
+    code, wide, _ = run_cli(
+        capsys, "sweep", "--scenario", "fast-dead", "--scenario", "production", "--wide", *FAST
+    )
+    assert code == 0 and "redis req/s" in wide and "p95 s" in wide and "redis req/s" not in out
+    for argv in (["presets"], ["scenarios"], ["compare", "--replications", "2"], ["fields"]):
+        code, text, _ = run_cli(capsys, *argv)
+        assert code == 0 and _widest(text) <= 100, argv
+
+
+def test_fields_command_lists_every_row_field_and_the_old_names(capsys):
+    from emqsim.stats import DEPRECATED_KEYS
+
+    code, out, _ = run_cli(capsys, "fields")
+    assert code == 0
+    for new in ("false_reclaims_per_job", "detection_latency_mean_s", "hostage_s_per_run"):
+        assert new in out
+    for old in DEPRECATED_KEYS:
+        assert old in out, old
+    code, out, _ = run_cli(capsys, "fields", "--json")
+    assert code == 0 and any(f["name"] == "redis_requests_per_s" for f in json.loads(out))
+
+
+def test_run_prints_rounded_numbers_not_raw_floats(capsys):
+    import re
+
+    code, out, _ = run_cli(capsys, "run", "--scenario", "fast-dead", "--replications", "3")
+    assert code == 0
+    assert not re.search(r"\d\.\d{6,}", out)
+
+
+def test_the_docs_field_reference_is_the_fields_command():
+    from emqsim.fields import markdown_table
+
+    docs = (Path(__file__).parents[1] / "docs" / "statistics.md").read_text()
+    assert markdown_table() in docs, "regenerate the table in docs/statistics.md from emqsim.fields"

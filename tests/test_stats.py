@@ -5,11 +5,15 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st_
 from scipy import stats as st
 
-from emqsim import LeasePolicy, TimeoutPolicy, simulate, standard
+from emqsim import LeasePolicy, TimeoutPolicy, simulate, simulate_summary, standard
 from emqsim.stats import (
+    DEPRECATED_KEYS,
     aggregate,
+    cluster_rate_ci,
     mean_ci,
     paired_difference,
     poisson_rate_ci,
@@ -19,6 +23,7 @@ from emqsim.stats import (
     to_frame,
     to_json,
     wilson_ci,
+    zero_rate_upper_bound,
 )
 
 
@@ -28,7 +33,9 @@ def test_mean_ci_matches_scipy_t_interval():
     ref = st.t.interval(0.95, len(x) - 1, loc=x.mean(), scale=st.sem(x))
     assert m == pytest.approx(x.mean()) and (lo, hi) == pytest.approx(ref)
     assert mean_ci([]) == pytest.approx((math.nan,) * 3, nan_ok=True)
-    assert mean_ci([3.0]) == (3.0, 3.0, 3.0)
+    # one value (or no spread) gives no interval: a zero-width [3, 3] would claim certainty
+    assert mean_ci([3.0]) == pytest.approx((3.0, math.nan, math.nan), nan_ok=True)
+    assert mean_ci([2.0, 2.0, 2.0]) == pytest.approx((2.0, math.nan, math.nan), nan_ok=True)
 
 
 def test_ratio_ci_reduces_to_t_interval_for_equal_clusters():
@@ -99,27 +106,145 @@ def test_aggregate_row_has_the_contract_fields_in_seconds():
     row = aggregate(runs(TimeoutPolicy(600, 5)))
     assert row["policy"] == "timeout" and row["timeout"] == 600 and row["lease"] is None
     assert row["replications"] == 6 and row["jobs"] == 6
-    assert 599 < row["detection_latency_mean"] < 606
-    lo, hi = row["detection_latency_mean_ci"]
-    assert lo <= row["detection_latency_mean"] <= hi
-    assert row["detection_latency_min"] <= row["detection_latency_p50"] <= row["detection_latency_max"]
-    assert row["false_reclaim_rate"] == 0 and row["false_reclaim_rate_ci"][0] == 0
+    assert 599 < row["detection_latency_mean_s"] < 606
+    lo, hi = row["detection_latency_mean_s_ci"]
+    assert lo <= row["detection_latency_mean_s"] <= hi
+    assert (
+        row["detection_latency_pooled_min_s"]
+        <= row["detection_latency_pooled_p50_s"]
+        <= row["detection_latency_pooled_max_s"]
+    )
+    assert row["false_reclaims_per_job"] == 0 and row["false_reclaims_per_job_ci"][0] == 0
+    # no false reclaim in 6 runs: the bound is over runs (1 - 0.025^(1/6)), not over pooled jobs
+    assert row["false_reclaims_per_job_ci"][1] == pytest.approx(1 - 0.025 ** (1 / 6))
     json.dumps(row, allow_nan=False)
+
+
+def test_deprecated_keys_are_aliases_with_the_same_values():
+    row = aggregate(runs(TimeoutPolicy(600, 5)))
+    for old, new in DEPRECATED_KEYS.items():
+        assert row[old] == row[new], old
+    assert row["redis_requests_per_s"] == row["redis_commands_per_s"]
 
 
 def test_paired_difference_on_common_random_numbers():
     lease, timeout = runs(LeasePolicy(30, 10, 5)), runs(TimeoutPolicy(600, 5))
     d = paired_difference(lease, timeout, "detection_latencies")
     assert d["pairs"] == 6 and -580 < d["mean"] < -560
-    assert d["ci"][0] <= d["mean"] <= d["ci"][1]
+    assert d["ci"][0] <= d["mean"] <= d["ci"][1] and d["bound"] == "exact"
 
 
 def test_tables_csv_json_frame():
     rows = [aggregate(runs(LeasePolicy(30, 10, 5), n=2)), aggregate(runs(TimeoutPolicy(600, 5), n=2))]
     csv_text = to_csv(rows)
     header = csv_text.splitlines()[0].split(",")
-    assert "false_reclaim_rate_ci_lo" in header and "detection_latency_mean_ci_hi" in header
+    assert "false_reclaims_per_job_ci_lo" in header and "detection_latency_mean_s_ci_hi" in header
+    assert "false_reclaim_rate_ci_lo" in header  # the deprecated alias, for one minor version
     assert len(csv_text.splitlines()) == 3
     assert json.loads(to_json(rows, version="x"))["rows"][1]["timeout"] == 600
     frame = to_frame(rows)
     assert list(frame["policy"]) == ["lease", "timeout"]
+
+
+# -- cluster-robust rates, censoring, no zero-width intervals ---------------------------------------------------
+def test_cluster_rate_ci_widens_with_clustering():
+    """The same 40 events in 40 of 80 runs of 4 jobs: one at a time (per job) or four at a time (a worker's
+    four leases lapse together). Clustering must widen the interval about twofold (sqrt of the cluster
+    size); a pooled-jobs interval would not change."""
+    runs_ = 80
+    spread = [1] * 40 + [0] * 40
+    clustered = [4] * 10 + [0] * 70
+    jobs = [4] * runs_
+    _, lo1, hi1 = cluster_rate_ci(spread, jobs)
+    rate, lo4, hi4 = cluster_rate_ci(clustered, jobs)
+    assert rate == 40 / 320
+    assert (hi4 - lo4) > 1.8 * (hi1 - lo1)
+
+
+def test_cluster_rate_ci_matches_the_t_interval_for_many_events():
+    rng = np.random.default_rng(3)
+    counts = rng.poisson(200, 30) * 3  # over-dispersed: clusters of 3
+    jobs = [1000] * 30
+    rate, lo, hi = cluster_rate_ci(counts, jobs)
+    m, tlo, thi = mean_ci(np.asarray(counts) / 1000)
+    assert rate == pytest.approx(m)
+    assert (hi - lo) == pytest.approx(thi - tlo, rel=0.05)
+
+
+def test_zero_events_get_an_upper_bound_from_the_number_of_runs():
+    assert zero_rate_upper_bound(30) == pytest.approx(1 - 0.025 ** (1 / 30))
+    rate, lo, hi = cluster_rate_ci([0] * 30, [500] * 30, cap=[1.0] * 30)
+    assert rate == 0 and lo == 0 and hi == pytest.approx(zero_rate_upper_bound(30))
+    # the bound does not shrink with more jobs per run: the runs are the independent units
+    assert cluster_rate_ci([0] * 30, [10**6] * 30, cap=[1.0] * 30)[2] == hi
+
+
+def test_one_replication_gives_no_interval():
+    for rate in (cluster_rate_ci([3], [10]), cluster_rate_ci([0], [10], cap=[1.0])):
+        assert math.isnan(rate[1]) and math.isnan(rate[2])
+    assert all(math.isnan(x) for x in ratio_ci([10.0], [2])[1:])
+    row = aggregate(runs(LeasePolicy(30, 10, 5), n=1))
+    for key, value in row.items():
+        if key.endswith("_ci"):
+            assert value is None, key
+
+
+def test_undetected_crashes_are_censored_not_dropped():
+    """A timeout longer than the horizon detects nothing: every crash is censored at (end - crash), the mean
+    is a lower bound with only its lower end, and the hostage time too."""
+    fast_dead = standard("fast-dead", horizon=300.0)
+    summaries = [simulate_summary(fast_dead, TimeoutPolicy(600, 5), seed=1, replication=r) for r in range(5)]
+    assert all(s.undetected == 1 and len(s.censored_latencies) == 1 for s in summaries)
+    row = aggregate(summaries)
+    assert row["detections_total"] == 0 and row["crashes_undetected_total"] == 5 and row["crashes_total"] == 5
+    assert row["detection_latency_censored"] is True
+    assert 290 < row["detection_latency_mean_s"] < 300  # the time so far: a lower bound on the truth (~601)
+    # every run censored at the same 299 s: no spread, so not even a lower end is claimed
+    assert row["detection_latency_mean_s_ci"] is None and row["hostage_s_per_run_ci"] is None
+    production = standard("production", jobs=60, horizon=400.0)
+    mixed = aggregate([simulate_summary(production, TimeoutPolicy(600, 5), 2, r) for r in range(4)])
+    assert mixed["detection_latency_censored"] is True
+    lo, hi = mixed["detection_latency_mean_s_ci"]
+    assert lo <= mixed["detection_latency_mean_s"] and hi is None
+    assert row["detection_latency_pooled_p95_s_lower_bound"] is True
+
+
+def test_paired_difference_with_censoring_is_one_sided():
+    fast_dead = standard("fast-dead", horizon=300.0)
+    lease = [simulate_summary(fast_dead, LeasePolicy(30, 10, 5), 1, r) for r in range(5)]
+    timeout = [simulate_summary(fast_dead, TimeoutPolicy(600, 5), 1, r) for r in range(5)]
+    d = paired_difference(lease, timeout, "detection_latencies")
+    assert d["bound"] == "upper" and d["ci"][0] is None and d["ci"][1] >= d["mean"]
+    same = paired_difference(lease, lease, "false_reclaims")
+    assert same["mean"] == 0 and same["ci"] is None  # no spread between pairs: no interval
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st_.lists(st_.integers(0, 20), min_size=1, max_size=12),
+    st_.integers(1, 50),
+)
+def test_property_rate_interval_contains_the_estimate_and_is_never_zero_width(counts, jobs):
+    rate, lo, hi = cluster_rate_ci(counts, [jobs] * len(counts), cap=[1.0] * len(counts))
+    if len(counts) < 2:
+        assert math.isnan(lo) and math.isnan(hi)
+        return
+    assert lo <= rate <= hi and hi > lo
+
+
+@settings(max_examples=60, deadline=None)
+@given(st_.lists(st_.floats(-1e3, 1e3, allow_nan=False), min_size=0, max_size=12))
+def test_property_mean_interval_contains_the_mean_or_is_absent(values):
+    m, lo, hi = mean_ci(values)
+    if math.isnan(lo):
+        assert math.isnan(hi)
+        return
+    assert lo <= m <= hi and hi > lo
+
+
+def test_csv_has_the_same_interval_columns_with_or_without_an_interval():
+    rows = [aggregate(runs(LeasePolicy(30, 10, 5), n=1)), aggregate(runs(LeasePolicy(30, 10, 5), n=3))]
+    lines = to_csv(rows).splitlines()
+    header = lines[0].split(",")
+    assert "detection_latency_mean_s_ci_lo" in header and "detection_latency_mean_s_ci" not in header
+    assert all(len(line.split(",")) == len(header) for line in lines[1:])

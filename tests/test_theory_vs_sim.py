@@ -208,6 +208,69 @@ def test_crashed_sweeper_hands_over_within_the_bounds(two_phase):
     if two_phase:
         assert max(lat) > reaper.hi  # a hand-over happened, and cost more than any reaper's detection
     assert mean_ci(lat, LEVEL)[2] >= theory.mean
+    # with the number of sweeping workers the mean is exact: the hand-over lag is the least of n - 1
+    # independent uniform offsets in (0, scan]
+    _ci_contains(lat, lease_detection(lease, beat, scan, two_phase=two_phase, sweepers=2).mean)
+
+
+HANDOVER_GRID = [
+    # lease, renewal, scan, two_phase, workers, crash window
+    (0.3, 0.1, 0.4, True, 3, (0.2, 9)),
+    (2, RenewalRule.bullmq(2), 2, True, 2, (1.6, 20)),  # BullMQ's rule, lease = stalledInterval
+]
+
+
+@pytest.mark.parametrize(("lease", "renewal", "scan", "two_phase", "workers", "window"), HANDOVER_GRID)
+def test_hand_over_mean_matches_the_closed_form(lease, renewal, scan, two_phase, workers, window):
+    rule = renewal if isinstance(renewal, RenewalRule) else None
+    beat = lease / 4 if rule else renewal
+    policy = LeasePolicy(
+        lease, beat, scan, two_phase=two_phase, swept_by="workers", max_stalled=0, renewal=rule
+    )
+    lat = []
+    for seed in range(300):
+        sc = Scenario(
+            workers=workers,
+            jobs=1,
+            duration=Fixed(window[1] + 3 * lease + 3 * scan),
+            faults=(Crash(job=0, after=Uniform(*window)),),
+        )
+        run = simulate(sc, policy, seed=seed, record_locks=False)
+        lat += [a.detection_latency for a in run.attempts if a.died_at is not None]
+    exact = lease_detection(lease, renewal, scan, two_phase=two_phase, sweepers=workers)
+    assert exact.mean_exact
+    _ci_contains(lat, exact.mean)
+    # and the no-hand-over mean is too low to be the truth here (the hand-over matters)
+    assert mean_ci(lat, LEVEL)[1] > lease_detection(lease, renewal, scan, two_phase=two_phase).mean
+
+
+@pytest.mark.parametrize(("renewal", "slack"), [(0.1, "fixed"), (RenewalRule.bullmq(0.4), "bullmq")])
+def test_first_renewal_after_a_take(renewal, slack):
+    """How old the take's lock is when the first renewal is sent: at most B + R for a fixed-rate timer, but
+    up to 2 ticks + R for BullMQ's rule (a job taken just after a tick is younger than a tick at the next one,
+    which skips it), which exceeds B + R = tick + 2R."""
+    rule = renewal if isinstance(renewal, RenewalRule) else None
+    lease = 0.4 if rule else 0.3
+    policy = LeasePolicy(lease, 0.1, 0.05, swept_by="reaper", renewal=rule)
+    sc = Scenario(workers=200, jobs=200, duration=Fixed(1.0))
+    gaps = []
+    for seed in range(3):
+        run = simulate(sc, policy, seed=seed)
+        taken, first = {}, {}
+        for e in run.lock_events:
+            if e.kind == "set":
+                taken.setdefault(e.token, e.time)
+            elif e.kind == "renewed" and e.token not in first:
+                first[e.token] = e.time
+        gaps += [first[t] - taken[t] for t in first]
+    rtt = 0.002
+    B = renewal_period(renewal)
+    if slack == "fixed":
+        assert max(gaps) <= B + rtt + 1e-9
+    else:
+        tick = 0.1
+        assert max(gaps) <= 2 * tick + rtt + 1e-9
+        assert max(gaps) > B + rtt + 0.05  # well past B + R: the statement B + R was wrong for this rule
 
 
 # -- timeout detection --------------------------------------------------------------------------------------------
