@@ -705,11 +705,22 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     return 0
 
 
+WORKER_EVENT_TEXT = {
+    "block": "BLOCKED (event loop: work goes on, no renewal) for",
+    "unblock": "unblocked",
+    "disconnect": "DISCONNECTED (commands wait in the offline queue);",
+    "network_up": "network back, RECONNECTING (retry backoff):",
+    "reconnect": "reconnected, RESENDING:",
+    "child_crash": "sandboxed child exited, running",
+}
+
+
 def text_timeline(run) -> str:
     """The run's events in time order, one per line (for terminals and for `timeline` without --out)."""
     events: list[tuple[float, int, str]] = []
     for e in run.worker_events:
-        events.append((e.time, 0, f"worker {e.worker} {e.kind} {e.detail}".rstrip()))
+        label = WORKER_EVENT_TEXT.get(e.kind, e.kind)
+        events.append((e.time, 0, f"worker {e.worker} {label} {e.detail}".rstrip()))
     for a in run.attempts:
         events.append(
             (a.taken_at, 1, f"job {a.job} taken by worker {a.worker} (attempt {a.attempt}, token {a.token})")
@@ -728,9 +739,13 @@ def text_timeline(run) -> str:
                 )
             )
         if a.finish_applied_at is not None:
-            events.append(
-                (a.finish_applied_at, 3, f"job {a.job} finish by worker {a.worker}: {a.finish_result}")
-            )
+            if a.failed_at is not None and a.reclaimed_by is None:
+                text = f"job {a.job} failed by its worker {a.worker} (a child's exit or a deferred failure)"
+            else:
+                text = f"job {a.job} finish by worker {a.worker}: {a.finish_result}"
+            events.append((a.finish_applied_at, 3, text))
+        elif a.failed_at is not None:
+            events.append((a.failed_at, 2, f"job {a.job} failed by {a.reclaimed_by} (stalled too often)"))
     for e in run.lock_events:
         if e.kind in ("expired", "renew_failed"):
             events.append((e.time, 4, f"lock of job {e.job} {e.kind.replace('_', ' ')}"))

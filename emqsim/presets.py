@@ -36,7 +36,8 @@ class Preset:
 
 
 def _bullmq(name: str, lease: float, scan: float, max_stalled: int) -> ReclaimPolicy:
-    rule = RenewalRule.bullmq(lease)  # lockRenewTime = lockDuration/2, tick = lockRenewTime/2
+    # lockRenewTime = lockDuration/2, tick = lockRenewTime/2; the LockManager's map is keyed by job id
+    rule = RenewalRule.bullmq(lease, track_by="job")
     return LeasePolicy(
         lease=lease,
         beat=rule.tick_ms / 1000,
@@ -46,6 +47,9 @@ def _bullmq(name: str, lease: float, scan: float, max_stalled: int) -> ReclaimPo
         swept_by="workers",
         renewal=rule,
         name=name,
+        take="after-wakeup",  # BZPOPMIN on the marker, then moveToActive (drainDelay 5 s)
+        drain_delay=5.0,
+        lazy_fail=True,  # past maxStalledCount: `defa` set, re-queued, failed by the next taker
     )
 
 
@@ -75,7 +79,8 @@ PRESETS: dict[str, Preset] = {
             {"lease": 30.0, "scan": 30.0, "max_stalled": 1},
             "npm bullmq 6: classes/worker.js, classes/lock-manager.js, commands/moveStalledJobsToWait-9.lua",
             "lockDuration 30 s, lockRenewTime = lockDuration/2, LockManager tick = lockRenewTime/2 with the "
-            "strict `ts + renew/2 < now` rule, stalledInterval 30 s, maxStalledCount 1",
+            "strict `ts + renew/2 < now` rule and jobs tracked by id, stalledInterval 30 s, maxStalledCount 1 "
+            "failed lazily by the next taker, takes after a marker wake-up (drainDelay 5 s)",
             _bullmq,
         ),
         Preset(

@@ -15,9 +15,9 @@ from typing import Any, Literal
 # Bumped by every change that alters any simulated result (a fix, a model change). The golden files in
 # tests/golden/ pin the results of each schema, and the sweep cache keys on it, so a stale cache can never
 # serve numbers an older model produced.
-RESULTS_SCHEMA = 1
+RESULTS_SCHEMA = 2
 
-WorkerState = Literal["alive", "frozen", "dead"]
+WorkerState = Literal["alive", "frozen", "blocked", "disconnected", "dead"]
 
 # Outcomes of one attempt (one take of a job by a worker).
 COMPLETED = "completed"  # finish accepted, the job's first completion
@@ -58,8 +58,9 @@ class Attempt:
 
     @property
     def false_reclaim(self) -> bool:
-        """Reclaimed (or failed by the sweep) while its worker was not dead."""
-        return self.worker_state_at_reclaim in ("alive", "frozen")
+        """Reclaimed (or failed by the sweep) while its worker was not dead (alive, frozen, blocked or
+        disconnected)."""
+        return self.worker_state_at_reclaim is not None and self.worker_state_at_reclaim != "dead"
 
     @property
     def detection_latency(self) -> float | None:
@@ -74,7 +75,7 @@ class Attempt:
 class WorkerEvent:
     time: float
     worker: int
-    kind: str  # start, crash, freeze, resume, restart
+    kind: str  # start, crash, freeze, resume, block, unblock, disconnect, network_up, reconnect, child_crash, restart
     detail: str = ""
 
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from emqsim.distributions import Distribution, Fixed, LogNormal
 from emqsim.errors import ConfigError
-from emqsim.faults import Crash, Freeze, Network, RandomFaults
+from emqsim.faults import Block, ChildCrash, Crash, Freeze, Network, Outage, RandomFaults
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,8 @@ class Scenario:
 
     jobs          how many jobs arrive: all at t=0, or as a Poisson stream with `arrival_rate` per second
     duration      each job's work (drawn once per job: a retried job needs the same work again)
-    faults        explicit crashes and freezes; `random_faults` draws more per worker
+    faults        explicit crashes, freezes, blocked loops, connection outages and sandboxed children's
+                  crashes; `random_faults` draws more per worker
     phases        "random": each worker's renewal and sweep timers start at a uniformly drawn offset
                   (workers start at arbitrary times in real deployments); "aligned": all at t=0
     horizon       the run stops here even if jobs are still held (nothing reclaims them if every worker
@@ -38,7 +39,7 @@ class Scenario:
     jobs: int = 1
     arrival_rate: float | None = None
     duration: Distribution = Fixed(60.0)
-    faults: tuple[Crash | Freeze, ...] = ()
+    faults: tuple[Crash | Freeze | Block | Outage | ChildCrash, ...] = ()
     random_faults: RandomFaults | None = None
     network: Network = field(default_factory=Network)
     phases: Literal["random", "aligned"] = "random"

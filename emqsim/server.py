@@ -61,6 +61,9 @@ class Server:
         self.sweeps: list[SweepEvent] = []
         self.requests: dict[str, int] = {}
         self.blocked: deque[tuple[Client, str, simpy.Event, int]] = deque()
+        # Parked BZPOPMIN calls on the queue's marker (takes after wake-up): [worker, reply, back_ms, done].
+        self.marker_waiters: deque[list[Any]] = deque()
+        self.doomed: set[str] = set()  # tokens of takes that got a job marked to fail (`defa`)
         self.work_of: dict[str, float] = {}
         self.settled = 0  # jobs that reached completed or failed
         self.on_settle: Callable[[str], None] = lambda job_id: None  # a job reached completed or failed
@@ -86,6 +89,17 @@ class Server:
         self.env.timeout(out_ms).callbacks.append(arrive)
         return reply
 
+    def send_split(self, kind: str, op: Callable[[int], Any], out_ms: int, back_ms: int) -> simpy.Event:
+        """`send` with the two legs given (a client whose connection has outages routes its own)."""
+        self.requests[kind] = self.requests.get(kind, 0) + 1
+        reply = self.env.event()
+
+        def arrive(_: simpy.Event) -> None:
+            self._reply(reply, op(int(self.env.now)), back_ms)
+
+        self.env.timeout(out_ms).callbacks.append(arrive)
+        return reply
+
     def _reply(self, reply: simpy.Event, result: Any, back_ms: int) -> None:
         """The reply reaches the client `back_ms` from now: one scheduled event (what `Timeout` does), not a
         back-leg timeout whose callback then triggers the reply."""
@@ -99,15 +113,19 @@ class Server:
         reply = self.env.event()
         if lost:
             return reply
-        out_ms = rtt_ms // 2
-        back_ms = rtt_ms - out_ms
+        if worker.outages:
+            out_ms, back_ms = worker._route(rtt_ms)
+        else:
+            out_ms = rtt_ms // 2
+            back_ms = rtt_ms - out_ms
+        raw_back_ms = rtt_ms - rtt_ms // 2
 
         def arrive(_: simpy.Event) -> None:
             if not worker.connected:
                 return
             job_id = self._take(worker, token, int(self.env.now))
             if job_id is None:
-                self.blocked.append((worker, token, reply, back_ms))
+                self.blocked.append((worker, token, reply, raw_back_ms))
             else:
                 self._reply(reply, job_id, back_ms)
 
@@ -115,14 +133,67 @@ class Server:
         return reply
 
     def serve_blocked(self) -> None:
-        """Hand newly pushed jobs to parked takers, first come first served (skipping closed connections)."""
+        """Hand newly pushed jobs to parked takers, first come first served (skipping closed connections);
+        with takes after wake-up, wake parked marker waiters instead, one per job waiting."""
         now = int(self.env.now)
         while self.blocked and self.store.peek_len(self.keys.wait) > 0:  # Redis itself: not a command
             worker, token, reply, back_ms = self.blocked.popleft()
             if not worker.connected:
                 continue
             job_id = self._take(worker, token, now)
+            if worker.outages:
+                back_ms = worker.reply_delay(now, back_ms)
             self._reply(reply, job_id, back_ms)
+        if self.marker_waiters:
+            woken = 0
+            waiting = self.store.peek_len(self.keys.wait)
+            while self.marker_waiters and woken < waiting:
+                entry = self.marker_waiters.popleft()
+                worker, reply, back_ms, done = entry
+                if done or not worker.connected:
+                    continue
+                entry[3] = True
+                woken += 1
+                self._reply(reply, True, worker.reply_delay(now, back_ms) if worker.outages else back_ms)
+
+    def send_marker_wait(self, worker: Worker, rtt_ms: int) -> simpy.Event:
+        """BZPOPMIN on the queue's marker with drainDelay as its timeout: the reply (True: woken by a job,
+        False: timed out) comes when a job is pushed, at once if one is waiting, or after drainDelay."""
+        self.requests["marker"] = self.requests.get("marker", 0) + 1
+        reply = self.env.event()
+        if worker.outages:
+            out_ms, _ = worker._route(rtt_ms)
+        else:
+            out_ms = rtt_ms // 2
+        back_ms = rtt_ms - rtt_ms // 2
+        drain_ms = self.policy.drain_delay_ms
+
+        def arrive(_: simpy.Event) -> None:
+            if not worker.connected:
+                return
+            now = int(self.env.now)
+            if self.store.peek_len(self.keys.wait) > 0:
+                self._reply(reply, True, worker.reply_delay(now, back_ms) if worker.outages else back_ms)
+                return
+            entry = [worker, reply, back_ms, False]
+            self.marker_waiters.append(entry)
+
+            def expire(_: simpy.Event) -> None:
+                if not entry[3]:
+                    entry[3] = True
+                    t = int(self.env.now)
+                    self._reply(reply, False, worker.reply_delay(t, back_ms) if worker.outages else back_ms)
+
+            self.env.timeout(drain_ms).callbacks.append(expire)
+
+        self.env.timeout(out_ms).callbacks.append(arrive)
+        return reply
+
+    def move_to_active(self, worker: Worker, token: str, now: int) -> str | None:
+        """moveToActive sent after a wake-up: the take itself (None if `wait` is empty by then)."""
+        if not worker.connected:
+            return None
+        return self._take(worker, token, now)
 
     # -- server-side steps -------------------------------------------------------------------------------
     def add_job(self, job_id: str, work: float) -> None:
@@ -137,6 +208,8 @@ class Server:
         n = self.attempt_counts.get(job_id, 0) + 1
         self.attempt_counts[job_id] = n
         attempt = Attempt(job_id, n, worker.wid, token, self.work_of[job_id], taken_at=now / 1000)
+        if self.policy.lazy_fail and self.store.hget(self.keys.job(job_id), "defa") is not None:
+            self.doomed.add(token)
         if not worker.alive_or_frozen:
             attempt.died_at = attempt.taken_at  # taken by a request sent just before its worker crashed
         if self.streaming:
@@ -192,6 +265,24 @@ class Server:
         self.on_finish_applied(attempt.job)
         return reply
 
+    def fail(self, attempt: Attempt, now: int, reason: str) -> FinishReply:
+        """moveToFinished(failed) by the holder: token-checked; the job goes to `failed`."""
+        reply = self.queue.fail(attempt.job, attempt.token)
+        attempt.finish_applied_at = now / 1000
+        if reply.accepted:
+            attempt.failed_at = now / 1000
+            if self.open_attempts.get(attempt.job) is attempt:
+                del self.open_attempts[attempt.job]
+            if self.record_locks:
+                self._lock_event(now, attempt.job, attempt.token, "released", detail=reason)
+        else:
+            attempt.finish_result = reply.error
+        if reply.was_active:
+            self.settled += 1
+            self.on_settle(attempt.job)
+        self.on_finish_applied(attempt.job)
+        return reply
+
     def sweep_refused(self, arrival_ms: int) -> bool:
         """A sweep sent now that is certain to be refused at `arrival_ms` (see `ReclaimPolicy.sweep_refused`)
         is counted here, one request and its one `EXISTS`, and sends nothing: the sender just waits out the
@@ -235,10 +326,10 @@ class Server:
         raise NotImplementedError
 
     # -- records -----------------------------------------------------------------------------------------
-    def _lock_event(self, now: int, job_id: str, token: str | None, kind: str) -> None:
+    def _lock_event(self, now: int, job_id: str, token: str | None, kind: str, detail: str = "") -> None:
         expires = self.store.expire_at(self.keys.lock(job_id)) if kind in ("set", "renewed") else None
         self.lock_events.append(
-            LockEvent(now / 1000, job_id, token, kind, None if expires is None else expires / 1000)
+            LockEvent(now / 1000, job_id, token, kind, None if expires is None else expires / 1000, detail)
         )
 
     def _on_evict(self, key: str, now: int, how: str) -> None:
