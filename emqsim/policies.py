@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from emqsim.errors import ConfigError
@@ -140,7 +140,10 @@ class LeasePolicy(ReclaimPolicy):
     """A lock with a `PX` lease, renewed by a heartbeat; the sweep reclaims jobs whose lock is gone.
 
     `lease`, `beat` and `scan` are seconds. `two_phase` selects BullMQ's mark-then-move sweep (default) or a
-    single pass. `renewal` overrides the default rule `RenewalRule.every(beat)` (e.g. BullMQ's exact rule).
+    single pass. `renewal` overrides the default rule `RenewalRule.every(beat)` (e.g. BullMQ's exact rule);
+    `track_by` ("token" or "job") sets the rule's lock-manager keying. `take` is "atomic" (a blocking move
+    Redis serves even to a frozen client) or "after-wakeup" (BullMQ: marker wake-up, then moveToActive;
+    idle takers wait up to `drain_delay` s); `lazy_fail` fails a job past `max_stalled` at its next take.
     """
 
     def __init__(
@@ -157,6 +160,7 @@ class LeasePolicy(ReclaimPolicy):
         take: str = "atomic",
         drain_delay: float = 5.0,
         lazy_fail: bool = False,
+        track_by: str | None = None,
     ) -> None:
         _require_positive("lease", lease)
         _require_positive("drain_delay", drain_delay)
@@ -182,6 +186,8 @@ class LeasePolicy(ReclaimPolicy):
         self.max_stalled = max_stalled
         self.swept_by = swept_by
         self.renewal = renewal or RenewalRule.every(beat)
+        if track_by is not None:
+            self.renewal = replace(self.renewal, track_by=track_by)
         if self.renewal.tick_ms >= self.lease_ms:
             raise ConfigError("the renewal timer must tick more often than the lease lasts")
         self.name = name
