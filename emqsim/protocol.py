@@ -135,20 +135,23 @@ class Queue:
             store.sadd(self.keys.completed, job_id)
         return FinishReply(job_id, 0, was_active=True)
 
-    def fail(self, job_id: str, token: str) -> FinishReply:
+    def fail(self, job_id: str, token: str, check_token: bool = True) -> FinishReply:
         """moveToFinished to `failed` by the job's holder (a sandboxed child's exit, a deferred failure):
-        token-checked like a completion."""
+        token-checked like a completion (unless `check_token` is False: an unfenced queue)."""
         store = self.store
-        lock_key = self.keys.lock(job_id)
-        current = store.get(lock_key)
-        if current is None:
-            return FinishReply(job_id, MISSING_LOCK, was_active=False)
-        if current != token:
-            return FinishReply(job_id, LOCK_MISMATCH, was_active=False)
-        store.delete(lock_key)
-        store.srem(self.keys.stalled, job_id)
+        if check_token:
+            lock_key = self.keys.lock(job_id)
+            current = store.get(lock_key)
+            if current is None:
+                return FinishReply(job_id, MISSING_LOCK, was_active=False)
+            if current != token:
+                return FinishReply(job_id, LOCK_MISMATCH, was_active=False)
+            store.delete(lock_key)
+            store.srem(self.keys.stalled, job_id)
         if store.lrem(self.keys.active, -1, job_id) == 0:
-            return FinishReply(job_id, NOT_IN_ACTIVE, was_active=False)
+            if check_token:
+                return FinishReply(job_id, NOT_IN_ACTIVE, was_active=False)
+            return FinishReply(job_id, 0, was_active=False)  # reclaimed meanwhile: left alone
         store.sadd(self.keys.failed, job_id)
         return FinishReply(job_id, 0, was_active=True)
 

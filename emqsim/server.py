@@ -267,9 +267,9 @@ class Server:
 
     def fail(self, attempt: Attempt, now: int, reason: str) -> FinishReply:
         """moveToFinished(failed) by the holder: token-checked; the job goes to `failed`."""
-        reply = self.queue.fail(attempt.job, attempt.token)
+        reply = self.queue.fail(attempt.job, attempt.token, check_token=self.policy.fenced)
         attempt.finish_applied_at = now / 1000
-        if reply.accepted:
+        if reply.accepted and reply.was_active:
             attempt.failed_at = now / 1000
             if self.open_attempts.get(attempt.job) is attempt:
                 del self.open_attempts[attempt.job]

@@ -392,7 +392,10 @@ class Worker(Client):
     def _fail(self, attempt: Attempt, token: str, reason: str) -> Proc:
         """moveToFinished(failed) for a job this worker holds; False if the worker died meanwhile."""
         server = self.sim.server
-        attempt.finished_at = self.env.now / 1000
+        start = self.started_ms.get(token)
+        if start is not None:
+            ran = int(self.env.now) - start[0] - (self.frozen_total() - start[1])
+            attempt.work_done = min(attempt.work, max(0, ran) / 1000)
         reply = yield from self.request("finish", lambda now, a=attempt: server.fail(a, now, reason))
         if reply is None:
             return False

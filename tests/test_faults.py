@@ -1,0 +1,216 @@
+"""The faults real queues hit: a blocked event loop, connection outages, takes after wake-up, the lock manager
+keyed by job id, lazy maxStalledCount failure, sandboxed children's crashes; each against its closed form or
+the behaviour BullMQ's source shows."""
+
+import pytest
+
+from emqsim import Fixed, LeasePolicy, RenewalRule, Scenario, simulate, standard
+from emqsim.analytic import (
+    block_lapse_probability,
+    block_lapses,
+    block_safe_limit,
+    outage_lapses,
+    reconnect_time,
+)
+from emqsim.distributions import Uniform
+from emqsim.errors import ConfigError
+from emqsim.faults import Block, ChildCrash, Crash, Freeze, Outage, RandomFaults, reconnect_delay_ms
+from emqsim.presets import preset
+from emqsim.stats import summarize, wilson_ci
+
+
+# -- a blocked event loop --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("delta_ms", [-1, 0, 1, 2])
+def test_block_lapses_exactly_when_u_plus_block_exceeds_the_lease(delta_ms):
+    lease, after = 30, 15.0
+    u = round(after + 0.002 - 10.0, 3)  # the renewal at 10 s (aligned ticks); the job started at 2 ms
+    block = round(lease - u + delta_ms / 1000, 3)
+    policy = LeasePolicy(lease, 10, 5, swept_by="reaper")
+    sc = Scenario(
+        workers=2,
+        jobs=1,
+        duration=Fixed(100),
+        faults=(Block(job=0, after=after, duration=block),),
+        phases="aligned",
+    )
+    run = simulate(sc, policy, seed=1)
+    first = run.attempts[0]
+    lapsed = any(e.kind == "renew_failed" for e in run.lock_events)
+    assert lapsed == block_lapses(lease, u, block) == (delta_ms > 0)
+    assert first.false_reclaim == lapsed and (first.outcome == "finish_rejected") == lapsed
+    # unlike a freeze, the work went on during the block: the job ends on time
+    assert first.finished_at == pytest.approx(100.002, abs=0.002)
+
+
+def test_a_reclaim_during_a_block_finds_the_worker_blocked_and_the_job_runs_twice():
+    run = simulate(standard("blocked-loop"), LeasePolicy(30, 10, 5), seed=0)
+    first, second = run.attempts[:2]
+    assert first.worker_state_at_reclaim == "blocked" and first.false_reclaim
+    assert first.outcome == "finish_rejected" and second.outcome == "completed"
+    assert summarize(run).duplicate_executions == 1
+    kinds = [e.kind for e in run.worker_events if e.worker == first.worker]
+    assert kinds[:3] == ["start", "block", "unblock"]
+
+
+def test_block_lapse_probability_matches_the_simulator():
+    lease, beat, block = 30.0, 10.0, 25.0  # L - B = 20 < X: lapses when u > 5, half the time
+    policy = LeasePolicy(lease, beat, 5, swept_by="reaper")
+    expected = block_lapse_probability(lease, beat, block)
+    assert expected == pytest.approx(0.5, abs=0.01)
+    sc = Scenario(
+        workers=2, jobs=1, duration=Fixed(80), faults=(Block(job=0, after=Uniform(1, 31), duration=block),)
+    )
+    hits = sum(simulate(sc, policy, seed=s).attempts[0].false_reclaim for s in range(300))
+    _, lo, hi = wilson_ci(hits, 300, 0.998)
+    assert lo <= expected <= hi
+
+
+def test_a_lease_longer_than_the_longest_block_plus_a_beat_never_lapses():
+    lease = 30.0
+    rule = RenewalRule.bullmq(lease)
+    limit = block_safe_limit(lease, rule)
+    assert limit == pytest.approx(lease - 7.5, abs=0.01)
+    policy = preset("bullmq")
+    for seed in range(40):
+        sc = standard("blocked-loop", block_for=limit - 0.01, block_after=Uniform(1, 60))
+        assert not simulate(sc, policy, seed=seed).attempts[0].false_reclaim
+        sc = standard("blocked-loop", block_for=lease + 0.01, block_after=Uniform(1, 60))
+        assert simulate(sc, policy, seed=seed).attempts[0].false_reclaim
+
+
+# -- connection outages -----------------------------------------------------------------------------------------
+def test_reconnect_follows_bullmqs_retry_strategy():
+    assert [reconnect_delay_ms(n) for n in range(1, 11)] == [1000] * 6 + [1096, 2980, 8103, 20000]
+    assert reconnect_time(0.5) == 1.0 and reconnect_time(6.0) == 6.0 and reconnect_time(15.0) == 18.179
+    sc = Scenario(workers=2, jobs=1, duration=Fixed(100), faults=(Outage(at=20, duration=15),))
+    run = simulate(sc, LeasePolicy(30, 10, 5), seed=3)
+    for worker in (0, 1):
+        times = {e.kind: e.time for e in run.worker_events if e.worker == worker}
+        assert (times["disconnect"], times["network_up"], times["reconnect"]) == (20.0, 35.0, 38.179)
+
+
+@pytest.mark.parametrize("delta_ms", [-1, 0, 1, 2])
+def test_outage_lapses_exactly_when_u_plus_the_reconnect_time_exceeds_the_lease(delta_ms):
+    lease, outage = 25, 15.0  # R(15 s) = 18.179 s; the last renewal before it is sent at 20 s
+    at = round(20 + lease - reconnect_time(outage) + delta_ms / 1000, 3)
+    policy = LeasePolicy(lease, 10, 5, swept_by="reaper")
+    sc = Scenario(
+        workers=1, jobs=1, duration=Fixed(100), faults=(Outage(at=at, duration=outage),), phases="aligned"
+    )
+    run = simulate(sc, policy, seed=1)
+    lapsed = any(e.kind == "renew_failed" for e in run.lock_events)
+    assert lapsed == outage_lapses(lease, at - 20, outage) == (delta_ms > 0)
+
+
+def test_an_outage_is_not_a_run_of_independent_lost_beats():
+    # 20 s without Redis is two lost beats, which a 30 s lease renewed every 10 s survives; but the client is
+    # back only at the reconnect attempt 38.179 s after the drop, so the lease lapses on a live worker.
+    policy = LeasePolicy(30, 10, 5, swept_by="reaper")
+    sc = Scenario(
+        workers=2, jobs=1, duration=Fixed(100), faults=(Outage(at=21.0, duration=20.0),), phases="aligned"
+    )
+    run = simulate(sc, policy, seed=0)
+    first = run.attempts[0]
+    assert reconnect_time(20.0) == 38.179 and outage_lapses(30, 1.0, 20.0)
+    assert first.false_reclaim and first.worker_state_at_reclaim in ("alive", "disconnected")
+    renewals = [e.time for e in run.lock_events if e.kind in ("renewed", "renew_failed")]
+    assert not [t for t in renewals if 21.0 < t < 21.0 + 38.179]  # nothing reached Redis while it was away
+
+
+def test_a_sweep_during_an_outage_reports_the_worker_disconnected():
+    policy = LeasePolicy(10, 3, 1, swept_by="reaper")
+    sc = Scenario(workers=2, jobs=1, duration=Fixed(100), faults=(Outage(at=5, duration=60, worker=0),))
+    first = simulate(sc, policy, seed=0).attempts[0]
+    assert first.worker == 0 and first.worker_state_at_reclaim == "disconnected" and first.false_reclaim
+
+
+def test_outages_are_checked():
+    with pytest.raises(ConfigError, match="Outage.duration"):
+        Outage(at=1, duration=0)
+    with pytest.raises(ConfigError, match="worker 5"):
+        Scenario(workers=2, faults=(Outage(at=1, duration=1, worker=5),))
+    with pytest.raises(ConfigError, match="block_rate"):
+        RandomFaults(block_rate=-1)
+
+
+# -- takes after wake-up ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("take", ["atomic", "after-wakeup"])
+def test_a_frozen_worker_is_handed_a_job_only_by_the_atomic_take(take):
+    policy = LeasePolicy(30, 10, 5, take=take)
+    sc = Scenario(
+        workers=2,
+        jobs=1,
+        arrival_rate=0.1,
+        duration=Fixed(20),
+        faults=(Freeze(worker=0, at=0.0, duration=500),),
+    )
+    run = simulate(sc, policy, seed=2)
+    first = run.attempts[0]
+    if take == "atomic":  # BLMOVE served at Redis for the parked, frozen client
+        assert first.worker == 0 and first.false_reclaim and first.worker_state_at_reclaim == "frozen"
+    else:  # the frozen client swallows the wake-up; the other wakes by drainDelay and takes it
+        assert first.worker == 1 and not first.false_reclaim and first.outcome == "completed"
+        assert first.taken_at - run.arrivals[0] <= 5.0 + 0.01
+
+
+# -- the lock manager keyed by job id ----------------------------------------------------------------------------
+@pytest.mark.parametrize("track_by", ["token", "job"])
+def test_a_stale_copys_end_untracks_the_fresh_copy_when_tracked_by_job_id(track_by):
+    policy = LeasePolicy(30, 10, 5, swept_by="reaper", track_by=track_by, max_stalled=None)
+    sc = Scenario(
+        workers=1, concurrency=2, jobs=1, duration=Fixed(60), faults=(Freeze(job=0, after=50, duration=40),)
+    )
+    run = simulate(sc, policy, seed=0)
+    stale, fresh = run.attempts[:2]
+    assert stale.worker == fresh.worker == 0 and stale.outcome == "finish_rejected"
+    if track_by == "token":
+        assert fresh.outcome == "completed" and len(run.attempts) == 2
+    else:  # untrackJob(job.id) after the stale finish: the fresh lock lapses on a live worker
+        assert fresh.false_reclaim and fresh.worker_state_at_reclaim == "alive" and len(run.attempts) >= 3
+
+
+def test_renewal_rule_track_by_is_checked():
+    with pytest.raises(ConfigError, match="track_by"):
+        RenewalRule.every(10, track_by="id")
+
+
+# -- lazy maxStalledCount failure ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("lazy", [False, True])
+def test_a_job_past_max_stalled_is_failed_by_its_next_taker_when_lazy(lazy):
+    policy = LeasePolicy(30, 10, 5, max_stalled=0, lazy_fail=lazy)
+    run = simulate(standard("fast-dead"), policy, seed=0)
+    assert run.final_state["failed"] == 1
+    first = run.attempts[0]
+    if lazy:
+        second = run.attempts[1]
+        assert first.reclaimed_at is not None and first.failed_at is None
+        assert (
+            second.outcome == "failed" and second.failed_at - second.taken_at < 0.01 and second.work_done == 0
+        )
+        assert summarize(run).reclaims == 1
+    else:
+        assert len(run.attempts) == 1 and first.failed_at is not None and first.outcome == "failed"
+    assert first.detection_latency is not None
+
+
+# -- sandboxed processors -----------------------------------------------------------------------------------------
+def test_a_sandboxed_childs_exit_fails_the_job_at_once():
+    policy = LeasePolicy(30, 10, 5)
+    sc = Scenario(workers=2, jobs=2, duration=Fixed(60), faults=(ChildCrash(job=0, after=3),))
+    run = simulate(sc, policy, seed=0)
+    failed = run.attempts[0]
+    assert failed.outcome == "failed" and failed.failed_at == pytest.approx(
+        failed.started_at + 3.001, abs=0.003
+    )
+    assert failed.reclaimed_at is None and failed.died_at is None  # no lease wait, no dead worker
+    assert run.final_state == {"wait": 0, "active": 0, "completed": 1, "failed": 1}
+    assert summarize(run).reclaims == 0
+    # a worker crash still waits for the lease
+    crashed = simulate(sc.with_(faults=(Crash(job=0, after=3),)), policy, seed=0).attempts[0]
+    assert crashed.detection_latency > 15
+
+
+def test_the_bullmq_preset_models_bullmqs_fetch_lock_manager_and_lazy_failure():
+    policy = preset("bullmq")
+    assert policy.take_after_wakeup and policy.renewal.track_by == "job" and policy.lazy_fail
+    assert policy.drain_delay_ms == 5000
