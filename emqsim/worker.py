@@ -337,13 +337,14 @@ class Worker(Client):
                     return
             attempt = self.running[token]
             now = int(self.env.now)
-            attempt.started_at = now / 1000
             if server.doomed and token in server.doomed:
-                # maxStalledCount exceeded: the sweep marked it (`defa`); the taker fails it at once.
+                # maxStalledCount exceeded: the sweep marked it (`defa`); the taker fails it at once, without
+                # calling the processor (the attempt never starts).
                 server.doomed.discard(token)
                 if not (yield from self._fail(attempt, token, "job stalled more than allowable limit")):
                     return
                 continue
+            attempt.started_at = now / 1000
             if by_job:  # BullMQ's LockManager map is keyed by job id: a re-take replaces the stale entry
                 for other in [t for t, h in self.held.items() if h.job == job_id]:
                     del self.held[other]
@@ -393,9 +394,10 @@ class Worker(Client):
         """moveToFinished(failed) for a job this worker holds; False if the worker died meanwhile."""
         server = self.sim.server
         start = self.started_ms.get(token)
-        if start is not None:
+        if start is not None:  # a sandboxed child ran it until it exited: its execution ends here
             ran = int(self.env.now) - start[0] - (self.frozen_total() - start[1])
             attempt.work_done = min(attempt.work, max(0, ran) / 1000)
+            attempt.stopped_at = self.env.now / 1000
         reply = yield from self.request("finish", lambda now, a=attempt: server.fail(a, now, reason))
         if reply is None:
             return False
