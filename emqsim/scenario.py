@@ -141,7 +141,7 @@ def flaky_network(
     duration: float = 300.0,
     workers: int = 4,
     outage_at: float | None = 120.0,
-    outage_for: float = 20.0,
+    outage_for: float = 15.0,
     horizon: float = 3600.0,
 ) -> Scenario:
     """Renewals lost with probability `loss`, and one connection outage of `outage_for` seconds at
