@@ -214,3 +214,91 @@ def test_the_bullmq_preset_models_bullmqs_fetch_lock_manager_and_lazy_failure():
     policy = preset("bullmq")
     assert policy.take_after_wakeup and policy.renewal.track_by == "job" and policy.lazy_fail
     assert policy.drain_delay_ms == 5000
+
+
+# -- the command line and scenario files ---------------------------------------------------------------------------
+def _cli(capsys, *argv):
+    from emqsim.cli import main
+
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_fault_flags_reach_the_scenario_and_the_policy():
+    from emqsim.cli import build_parser, run_scenario, single_policy, with_model_options
+
+    args = build_parser().parse_args(
+        ["run", "--scenario", "fast-dead", "--block-for", "40", "--block-after", "2:4", "--outage-at", "10",
+         "--outage-for", "15", "--outage-rate", "2", "--block-rate", "3", "--child-crash-after", "1",
+         "--take", "after-wakeup", "--track-by", "job", "--lazy-fail"]
+    )  # fmt: skip
+    scenario = run_scenario(args)
+    kinds = sorted(type(f).__name__ for f in scenario.faults)
+    assert kinds == ["Block", "ChildCrash", "Crash", "Outage"]
+    assert scenario.random_faults.block_rate == 3 and scenario.random_faults.outage_rate == 2
+    policy = with_model_options(single_policy(args), args)
+    assert policy.take_after_wakeup and policy.lazy_fail and policy.renewal.track_by == "job"
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["run", "--block-after", "3"], "--block-after: needs --block-for"),
+        (["run", "--outage-at", "3"], "give both --outage-at T and --outage-for X"),
+        (["run", "--policy", "timeout", "--lazy-fail"], "apply to lease policies only"),
+        (["run", "--block-rate", "-1"], "must be a rate >= 0"),
+        (["sweep", "--take", "sometimes"], "invalid choice"),
+    ],
+)
+def test_bad_fault_flags_get_one_line_and_status_2(argv, needle, capsys):
+    from emqsim.cli import main
+
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse's own checks
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) <= 2
+
+
+def test_sweep_adds_the_fault_flags_to_every_scenario(capsys):
+    code, out, _ = _cli(
+        capsys, "sweep", "--scenario", "fast-dead", "--outage-at", "5", "--outage-for", "20", "--timeout", "600",
+        "--replications", "2", "--jobs", "1", "--quiet", "--json",
+    )  # fmt: skip
+    assert code == 0
+    import json
+
+    lease = json.loads(out)["rows"][0]
+    plain = simulate(standard("fast-dead"), LeasePolicy(30, 10, 5), seed=0)
+    assert (
+        lease["detection_latency_mean"] > plain.attempts[0].detection_latency
+    )  # the outage delays the sweeps
+
+
+def test_the_toml_example_and_fault_keys(tmp_path):
+    from pathlib import Path
+
+    from emqsim.config import load_config
+
+    example = Path(__file__).parent.parent / "emqsim" / "examples" / "cpu-bound-workers.toml"
+    scenario, policy = load_config(example)
+    assert {type(f).__name__ for f in scenario.faults} == {"Block", "Outage"}
+    assert scenario.random_faults.block_rate == 2 and scenario.random_faults.outage_rate == 1
+    assert policy.take_after_wakeup and policy.lazy_fail and policy.renewal.track_by == "job"
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        '[scenario]\njobs = 2\n[[scenario.faults]]\nkind = "outage"\nat = 1\nafter = 2\nduration = 3\n'
+    )
+    with pytest.raises(
+        ConfigError, match="bad.toml:6: scenario.faults\\[0\\].after: an outage starts at an absolute"
+    ):
+        load_config(bad)
+    bad.write_text('[scenario]\njobs = 2\n[[scenario.faults]]\nkind = "child_crash"\nworker = 0\nat = 1\n')
+    with pytest.raises(ConfigError, match="a child_crash hits a job"):
+        load_config(bad)
+    bad.write_text("[scenario]\n[scenario.random_faults]\nblock_rate = -2\n")
+    with pytest.raises(ConfigError, match="block_rate"):
+        load_config(bad)
