@@ -256,7 +256,8 @@ def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
     faults = list(scenario.faults)
     if get("block_after") is not None and get("block_for") is None:
         _fail("--block-after", "needs --block-for X (the block's length in seconds)")
-    if get("block_for") is not None:
+    if get("block_for") is not None:  # replaces the scenario's own block of job 0 (as --freeze-for does)
+        faults = [f for f in faults if not isinstance(f, Block) or f.job != 0]
         faults.append(
             Block(job=0, after=_span_dist(get("block_after") or (0.0, 0.0)), duration=args.block_for)
         )
@@ -270,7 +271,7 @@ def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
     if get("child_crash_after") is not None:
         faults.append(ChildCrash(job=0, after=_span_dist(args.child_crash_after)))
     changes: dict[str, Any] = {}
-    if len(faults) != len(scenario.faults):
+    if faults != list(scenario.faults):
         changes["faults"] = tuple(faults)
     randoms = {}
     if get("block_rate") is not None or get("block_median") is not None:

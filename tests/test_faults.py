@@ -239,6 +239,10 @@ def test_fault_flags_reach_the_scenario_and_the_policy():
     assert scenario.random_faults.block_rate == 3 and scenario.random_faults.outage_rate == 2
     policy = with_model_options(single_policy(args), args)
     assert policy.take_after_wakeup and policy.lazy_fail and policy.renewal.track_by == "job"
+    # --block-for replaces blocked-loop's own block instead of adding a second one
+    args = build_parser().parse_args(["run", "--scenario", "blocked-loop", "--block-for", "10"])
+    (block,) = run_scenario(args).faults
+    assert block.duration == 10
 
 
 @pytest.mark.parametrize(
