@@ -221,6 +221,10 @@ def add_fault_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--outage-for", type=seconds, metavar="X", help="... for X s (then BullMQ's reconnect backoff)"
     )
+    g.add_argument(
+        "--failover-lag", type=seconds, metavar="S",
+        help="... and it is a failover to a replica S s behind: the last S s of lock writes are lost",
+    )  # fmt: skip
     g.add_argument("--outage-rate", type=rate, metavar="R", help="random connection outages per worker-hour")
     g.add_argument(
         "--outage-median",
@@ -266,8 +270,12 @@ def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
             "--outage-at" if get("outage_at") is None else "--outage-for",
             "give both --outage-at T and --outage-for X",
         )
+    if get("failover_lag") is not None and get("outage_at") is None:
+        _fail("--failover-lag", "needs --outage-at T and --outage-for X (the failover's downtime)")
     if get("outage_at") is not None:
-        faults.append(Outage(at=args.outage_at, duration=args.outage_for))
+        faults.append(
+            Outage(at=args.outage_at, duration=args.outage_for, lost_writes=get("failover_lag") or 0.0)
+        )
     if get("child_crash_after") is not None:
         faults.append(ChildCrash(job=0, after=_span_dist(args.child_crash_after)))
     changes: dict[str, Any] = {}

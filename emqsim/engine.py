@@ -12,6 +12,7 @@ its lock; one millisecond later it does not.
 from __future__ import annotations
 
 import copy
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -110,6 +111,14 @@ class Simulation:
         self.outages = sorted(
             (to_ms(f.at), to_ms(f.duration), f.worker) for f in scenario.faults if isinstance(f, Outage)
         )
+        self.failovers = sorted(
+            (to_ms(f.at), to_ms(f.lost_writes))
+            for f in scenario.faults
+            if isinstance(f, Outage) and f.lost_writes
+        )
+        if self.failovers:
+            self.server.lock_log = deque()
+            self.server.lock_log_keep_ms = max(lag for _, lag in self.failovers)
 
     def _rng(self, name: str, *index: int) -> np.random.Generator:
         return stream(self.seed, self.replication, name, *index)
@@ -281,6 +290,11 @@ class Simulation:
                 return
             worker._event("reconnect", "resending queued commands")
 
+    def _failover(self, at_ms: int, lag_ms: int):
+        """At `at_ms` Redis fails over to a replica that lacks the last `lag_ms` of lock writes."""
+        yield self.env.timeout(at_ms)
+        self.server.lose_lock_writes(at_ms - lag_ms)
+
     def _arrivals(self, works_ms: np.ndarray):
         rate = self.scenario.arrival_rate
         gaps = (
@@ -398,6 +412,8 @@ class Simulation:
         for fault in scenario.faults:
             if fault.worker is not None and not isinstance(fault, Outage):
                 self.env.process(self._worker_fault(fault))
+        for at_ms, lag_ms in self.failovers:
+            self.env.process(self._failover(at_ms, lag_ms))
         self.env.process(self._arrivals(works_ms))
         self.env.process(self._expire_cycle())
         horizon = self.env.timeout(to_ms(scenario.horizon))

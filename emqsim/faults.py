@@ -96,15 +96,26 @@ class Outage:
     worker's at once (`worker=None`: a network blip at Redis, a Redis restart that keeps its data). Clients
     behave as ioredis under BullMQ (`maxRetriesPerRequest: null`): commands wait in the offline queue and
     unanswered ones are resent once the client reconnects; reconnect attempts follow BullMQ's retry strategy
-    (`reconnect_delay_ms`), so the client is back at the first attempt after the network is."""
+    (`reconnect_delay_ms`), so the client is back at the first attempt after the network is.
+
+    `lost_writes` > 0 makes it a failover to an asynchronous replica that lags that many seconds: the lock
+    writes (a take's `SET`, a renewal) Redis applied in the last `lost_writes` seconds before `at` are undone,
+    unless a later write changed the lock since (other writes are kept: a partial model of the lost tail)."""
 
     at: float
     duration: float
     worker: int | None = None
+    lost_writes: float = 0.0
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.at) and self.at >= 0):
             raise ConfigError(f"Outage.at must be >= 0 seconds, got {self.at}")
+        if not (math.isfinite(self.lost_writes) and self.lost_writes >= 0):
+            raise ConfigError(f"Outage.lost_writes must be >= 0 seconds, got {self.lost_writes}")
+        if self.lost_writes > 0 and self.worker is not None:
+            raise ConfigError(
+                "Outage.lost_writes is a Redis failover: it hits every worker (leave worker out)"
+            )
         if not (math.isfinite(self.duration) and self.duration > 0):
             raise ConfigError(f"Outage.duration must be > 0 seconds, got {self.duration}")
         if self.worker is not None and self.worker < 0:

@@ -84,7 +84,7 @@ class LockEvent:
     time: float
     job: str
     token: str | None
-    kind: str  # set, renewed, renew_failed, renew_lost, released, deleted, expired, evicted
+    kind: str  # set, renewed, renew_failed, renew_lost, released, deleted, expired, evicted, lost_in_failover
     expires_at: float | None = None
     detail: str = ""
 
@@ -170,6 +170,11 @@ def with_expiries(events: list[LockEvent], end: float, one_ms: float = 0.001) ->
             last[key] = event
         elif event.kind in ("released", "deleted"):
             last.pop(key, None)
+        elif event.kind == "lost_in_failover":  # the lock is back to its earlier expiry, or gone
+            if event.expires_at is None:
+                last.pop(key, None)
+            else:
+                last[key] = event
     for event in last.values():
         lapse(event, end)
     out.sort(key=lambda e: e.time)

@@ -64,6 +64,10 @@ class Server:
         # Parked BZPOPMIN calls on the queue's marker (takes after wake-up): [worker, reply, back_ms, done].
         self.marker_waiters: deque[list[Any]] = deque()
         self.doomed: set[str] = set()  # tokens of takes that got a job marked to fail (`defa`)
+        # Lock writes (time, job, token written, previous value, previous expiry), kept only when a failover
+        # can lose them (`Outage.lost_writes`); None otherwise.
+        self.lock_log: deque[tuple[int, str, str, str | None, int | None]] | None = None
+        self.lock_log_keep_ms = 0
         self.work_of: dict[str, float] = {}
         self.settled = 0  # jobs that reached completed or failed
         self.on_settle: Callable[[str], None] = lambda job_id: None  # a job reached completed or failed
@@ -217,6 +221,9 @@ class Server:
         else:
             self.attempts.append(attempt)
         self.open_attempts[job_id] = attempt
+        if self.lock_log is not None and (self.policy.renewal is not None or self.policy.fenced):
+            self.lock_log.append((now, job_id, token, None, None))
+            self._prune_lock_log(now)
         worker.on_taken(job_id, attempt)
         if self.record_locks and (self.policy.renewal is not None or self.policy.fenced):
             self._lock_event(now, job_id, token, "set")
@@ -228,6 +235,14 @@ class Server:
         The policy answers with job ids (as extendLocks does); when one worker holds the same job twice (a
         stale take and a new one), the lock's current value tells which of the two tokens failed.
         """
+        if self.lock_log is not None:
+            store, keys = self.store, self.keys
+            for job_id, token in held:
+                key = keys.lock(job_id)
+                before = store.peek(key)
+                if before == token:  # only a successful renewal writes
+                    self.lock_log.append((now, job_id, token, token, store.expire_at(key)))
+            self._prune_lock_log(now)
         failed_jobs = self.policy.renew(self.queue, held, now)
         failed = []
         if failed_jobs:
@@ -264,6 +279,35 @@ class Server:
             self.on_settle(attempt.job)
         self.on_finish_applied(attempt.job)
         return reply
+
+    def _prune_lock_log(self, now: int) -> None:
+        """Keep only the writes a failover could still lose (the longest lag back)."""
+        log = self.lock_log
+        while log and log[0][0] < now - self.lock_log_keep_ms:
+            log.popleft()
+
+    def lose_lock_writes(self, since_ms: int) -> None:
+        """A failover: the promoted replica never got the lock writes applied after `since_ms`. Undo them,
+        newest first, where the lock still holds what that write left (nothing changed it since)."""
+        log = self.lock_log
+        if not log:
+            return
+        now = int(self.env.now)
+        store, keys = self.store, self.keys
+        while log and log[-1][0] > since_ms:
+            _, job_id, token, before, before_expiry = log.pop()
+            key = keys.lock(job_id)
+            if store.peek(key) != token:
+                continue
+            restored = None
+            if before is None or before_expiry is None or before_expiry < now:
+                store.delete(key)
+            else:
+                store.set(key, before, px=max(1, before_expiry - now))
+                restored = before_expiry / 1000
+            if self.record_locks:
+                self.lock_events.append(LockEvent(now / 1000, job_id, token, "lost_in_failover", restored))
+        log.clear()
 
     def fail(self, attempt: Attempt, now: int, reason: str) -> FinishReply:
         """moveToFinished(failed) by the holder: token-checked; the job goes to `failed`."""

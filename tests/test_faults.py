@@ -124,6 +124,45 @@ def test_a_sweep_during_an_outage_reports_the_worker_disconnected():
     assert first.worker == 0 and first.worker_state_at_reclaim == "disconnected" and first.false_reclaim
 
 
+@pytest.mark.parametrize("lag", [0.0, 1.0])
+def test_a_failover_to_a_lagging_replica_loses_the_takes_lock(lag):
+    # Redis fails over at 0.5 s (every worker away 0.5 s); a replica 1 s behind never got the take's SET at
+    # 1 ms, so the job sits in `active` without a lock and is reclaimed from its live worker.
+    policy = LeasePolicy(30, 10, 5, swept_by="reaper")
+    sc = Scenario(
+        workers=2,
+        jobs=1,
+        duration=Fixed(100),
+        faults=(Outage(at=0.5, duration=0.5, lost_writes=lag),),
+        phases="aligned",
+    )
+    run = simulate(sc, policy, seed=0)
+    first = run.attempts[0]
+    lost = [e for e in run.lock_events if e.kind == "lost_in_failover"]
+    if lag:
+        assert [(e.time, e.token) for e in lost] == [(0.5, first.token)]
+        assert first.false_reclaim and first.worker_state_at_reclaim == "alive" and first.reclaimed_at < 10
+    else:
+        assert not lost and first.outcome == "completed"
+
+
+def test_a_failover_undoes_a_recent_renewal_back_to_the_earlier_expiry():
+    # renewals at 10 and 20 s (aligned); a failover at 20.5 s with 1 s of lag undoes the one at 20 s: the lock
+    # is back to expiring at 40.001 s, and the renewal at 30 s (after the reconnect) still saves it.
+    policy = LeasePolicy(30, 10, 5, swept_by="reaper")
+    sc = Scenario(
+        workers=2,
+        jobs=1,
+        duration=Fixed(100),
+        faults=(Outage(at=20.5, duration=0.5, lost_writes=1.0),),
+        phases="aligned",
+    )
+    run = simulate(sc, policy, seed=0)
+    (lost,) = [e for e in run.lock_events if e.kind == "lost_in_failover"]
+    assert lost.expires_at == pytest.approx(40.001)
+    assert run.attempts[0].outcome == "completed" and not any(e.kind == "expired" for e in run.lock_events)
+
+
 def test_outages_are_checked():
     with pytest.raises(ConfigError, match="Outage.duration"):
         Outage(at=1, duration=0)
@@ -131,6 +170,8 @@ def test_outages_are_checked():
         Scenario(workers=2, faults=(Outage(at=1, duration=1, worker=5),))
     with pytest.raises(ConfigError, match="block_rate"):
         RandomFaults(block_rate=-1)
+    with pytest.raises(ConfigError, match="every worker"):
+        Outage(at=1, duration=1, worker=0, lost_writes=1)
 
 
 # -- takes after wake-up ------------------------------------------------------------------------------------------
@@ -239,6 +280,8 @@ def test_fault_flags_reach_the_scenario_and_the_policy():
     assert scenario.random_faults.block_rate == 3 and scenario.random_faults.outage_rate == 2
     policy = with_model_options(single_policy(args), args)
     assert policy.take_after_wakeup and policy.lazy_fail and policy.renewal.track_by == "job"
+    args = build_parser().parse_args(["run", "--outage-at", "5", "--outage-for", "2", "--failover-lag", "1"])
+    assert [f.lost_writes for f in run_scenario(args).faults if isinstance(f, Outage)] == [1.0]
     # --block-for replaces blocked-loop's own block instead of adding a second one
     args = build_parser().parse_args(["run", "--scenario", "blocked-loop", "--block-for", "10"])
     (block,) = run_scenario(args).faults
@@ -250,6 +293,7 @@ def test_fault_flags_reach_the_scenario_and_the_policy():
     [
         (["run", "--block-after", "3"], "--block-after: needs --block-for"),
         (["run", "--outage-at", "3"], "give both --outage-at T and --outage-for X"),
+        (["run", "--failover-lag", "1"], "--failover-lag: needs --outage-at"),
         (["run", "--policy", "timeout", "--lazy-fail"], "apply to lease policies only"),
         (["run", "--block-rate", "-1"], "must be a rate >= 0"),
         (["sweep", "--take", "sometimes"], "invalid choice"),

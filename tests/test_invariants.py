@@ -42,7 +42,10 @@ def scenarios(draw, freezes=True, loss=True):
             for j in draw(st.sets(st.integers(0, jobs - 1), max_size=2))
         )
         if draw(st.booleans()):
-            faults += (Outage(at=draw(st.floats(0, 300)), duration=draw(st.floats(0.1, 60))),)
+            lag = draw(st.sampled_from([0.0, 0.5, 5.0]))  # a failover to a lagging replica, or not
+            faults += (
+                Outage(at=draw(st.floats(0, 300)), duration=draw(st.floats(0.1, 60)), lost_writes=lag),
+            )
     return Scenario(
         workers=workers,
         concurrency=draw(st.integers(1, 3)),
