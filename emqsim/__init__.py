@@ -8,7 +8,7 @@
 from emqsim.distributions import Empirical, Exponential, Fixed, LogNormal, Uniform, parse_distribution
 from emqsim.engine import Simulation, simulate
 from emqsim.errors import ConfigError
-from emqsim.faults import Crash, Freeze, Network, RandomFaults
+from emqsim.faults import Block, ChildCrash, Crash, Freeze, Network, Outage, RandomFaults
 from emqsim.policies import LeasePolicy, LeaseWarning, ReclaimPolicy, RenewalRule, TimeoutPolicy
 from emqsim.records import RESULTS_SCHEMA, Attempt, LockEvent, Run, SweepEvent, WorkerEvent
 from emqsim.scenario import STANDARD, Scenario, standard
@@ -26,6 +26,9 @@ __all__ = [
     "Exponential",
     "Fixed",
     "Freeze",
+    "Block",
+    "Outage",
+    "ChildCrash",
     "LeasePolicy",
     "LeaseWarning",
     "LockEvent",

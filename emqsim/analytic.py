@@ -30,7 +30,9 @@ import numpy as np
 from scipy import integrate
 
 from emqsim.distributions import Distribution
+from emqsim.faults import reconnect_after_ms
 from emqsim.policies import RenewalRule
+from emqsim.units import to_ms
 
 MS = 0.001  # the engine's clock resolution, seconds
 DEFAULT_RTT = 0.002  # Network().rtt
@@ -557,3 +559,60 @@ def lost_renewal_lapse_probability(
             push((max(so + tick, xo + R), so + tick, xo, xo), sent * (1 - loss))
             push((max(so + tick, xo + C), so + tick, xo, lo), sent * loss)
     return float(1.0 - survived.mean())
+
+
+# -- lease: a blocked event loop, a connection outage --------------------------------------------------------------
+def block_lapses(lease: float, since_renewal: float, block: float, *, resolution: float = MS) -> bool:
+    """A blocked event loop of X s starting u s after the worker SENT the request that last set its lock
+    lapses the lock iff u + X > L: the same rule as a freeze, because no renewal leaves while the loop is
+    blocked and the overdue tick fires as it frees. What differs is the job: its work went on, so the run
+    that loses its lock is a live, working one (and its finish is rejected)."""
+    return freeze_lapses(lease, since_renewal, block, resolution=resolution)
+
+
+def block_lapse_probability(
+    lease: float,
+    renewal: float | RenewalRule,
+    block: float,
+    *,
+    rtt: float = DEFAULT_RTT,
+    resolution: float = MS,
+) -> float:
+    """P(lapse) for a block of X s at a uniformly random moment: clip((X - (L - B)) / B, 0, 1) with B the
+    renewal period. Never for X <= L - B (`block_safe_limit`), always for X > L."""
+    return freeze_lapse_probability(lease, renewal, block, rtt=rtt, resolution=resolution)
+
+
+def block_safe_limit(
+    lease: float, renewal: float | RenewalRule, *, rtt: float = DEFAULT_RTT, resolution: float = MS
+) -> float:
+    """The longest block that never lapses the lease: L - B. The tuning answer for a job that blocks for up
+    to X s: a lease of at least X + B (for BullMQ's rule, B = lockDuration/4: lockDuration >= 4X/3)."""
+    return _on_grid(lease, resolution) - renewal_period(renewal, rtt=rtt, resolution=resolution)
+
+
+def reconnect_time(outage: float) -> float:
+    """Seconds from a disconnect until the client is connected again when the network is back after
+    `outage` s: the first of BullMQ's reconnect attempts (`max(min(e^n, 20000), 1000)` ms apart) at or
+    after the outage's end. 1 s steps up to 6 s, then 7.096, 10.076, 18.179, 38.179 s and every 20 s."""
+    return reconnect_after_ms(to_ms(outage)) / 1000
+
+
+def outage_lapses(lease: float, since_renewal: float, outage: float, *, resolution: float = MS) -> bool:
+    """A connection outage of D s starting u s after the worker SENT its last lock-setting request lapses
+    the lock iff u + R(D) > L, with R(D) = `reconnect_time(D)`: renewals wait in the offline queue (or are
+    resent) and the first reaches Redis half a round trip after the reconnect, like the overdue renewal
+    after a freeze of R(D). So a 15 s outage counts as an 18.179 s freeze, not as 15 lost 1 s beats."""
+    return freeze_lapses(lease, since_renewal, reconnect_time(outage), resolution=resolution)
+
+
+def outage_lapse_probability(
+    lease: float,
+    renewal: float | RenewalRule,
+    outage: float,
+    *,
+    rtt: float = DEFAULT_RTT,
+    resolution: float = MS,
+) -> float:
+    """P(lapse) for a connection outage of D s at a uniformly random moment: the freeze formula at R(D)."""
+    return freeze_lapse_probability(lease, renewal, reconnect_time(outage), rtt=rtt, resolution=resolution)

@@ -7,6 +7,7 @@ the flag, the value and the fix, and exit status 2.
 from __future__ import annotations
 
 import argparse
+import copy
 import errno
 import io
 import json
@@ -16,7 +17,7 @@ import signal
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -305,6 +306,134 @@ def add_policy_flags(p: argparse.ArgumentParser, gridded: bool) -> None:
     g.add_argument("--preset", type=preset_name, help=f"a real system's defaults: {', '.join(PRESETS)}")
 
 
+def rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a rate per worker-hour (e.g. 2 or 0.5)") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a rate >= 0 per worker-hour (e.g. 2)")
+    return value
+
+
+def add_fault_flags(p: argparse.ArgumentParser) -> None:
+    """Faults real deployments hit (added to every scenario run) and the BullMQ model options (lease
+    policies and lease presets)."""
+    g = p.add_argument_group("faults real queues hit (added to the scenario)")
+    g.add_argument(
+        "--block-for", type=seconds, metavar="X", help="job 0's event loop is blocked X s (work goes on)"
+    )
+    g.add_argument(
+        "--block-after", type=span, metavar="A[:B]", help="... starting A (or U[A,B]) s into job 0"
+    )
+    g.add_argument("--block-rate", type=rate, metavar="R", help="random blocked loops per worker-hour")
+    g.add_argument(
+        "--block-median",
+        type=seconds,
+        metavar="S",
+        help="their median length (lognormal, sigma 1.5; default 2)",
+    )
+    g.add_argument(
+        "--outage-at", type=seconds_or_zero, metavar="T", help="every worker's connection drops at T s"
+    )
+    g.add_argument(
+        "--outage-for", type=seconds, metavar="X", help="... for X s (then BullMQ's reconnect backoff)"
+    )
+    g.add_argument(
+        "--failover-lag", type=seconds, metavar="S",
+        help="... and it is a failover to a replica S s behind: the last S s of lock writes are lost",
+    )  # fmt: skip
+    g.add_argument("--outage-rate", type=rate, metavar="R", help="random connection outages per worker-hour")
+    g.add_argument(
+        "--outage-median",
+        type=seconds,
+        metavar="S",
+        help="their median length (lognormal, sigma 1; default 2)",
+    )
+    g.add_argument(
+        "--child-crash-after", type=span, metavar="A[:B]", help="job 0's sandboxed child exits A s in"
+    )
+    m = p.add_argument_group("BullMQ model options (lease policies)")
+    m.add_argument(
+        "--take",
+        choices=("atomic", "after-wakeup"),
+        help="atomic blocking move, or BullMQ's marker wake-up then moveToActive",
+    )
+    m.add_argument(
+        "--track-by", choices=("token", "job"), help="lock manager keyed by take token, or by job id (BullMQ)"
+    )
+    m.add_argument(
+        "--lazy-fail",
+        action="store_true",
+        help="past max_stalled: mark and re-queue; the next taker fails it (BullMQ 6)",
+    )
+
+
+def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
+    """The scenario with the fault flags' faults added (checked here, before anything runs)."""
+    from emqsim.distributions import LogNormal
+    from emqsim.faults import Block, ChildCrash, Outage, RandomFaults
+
+    get = lambda name: getattr(args, name, None)  # noqa: E731
+    faults = list(scenario.faults)
+    if get("block_after") is not None and get("block_for") is None:
+        _fail("--block-after", "needs --block-for X (the block's length in seconds)")
+    if get("block_for") is not None:  # replaces the scenario's own block of job 0 (as --freeze-for does)
+        faults = [f for f in faults if not isinstance(f, Block) or f.job != 0]
+        faults.append(
+            Block(job=0, after=_span_dist(get("block_after") or (0.0, 0.0)), duration=args.block_for)
+        )
+    if (get("outage_at") is None) != (get("outage_for") is None):
+        _fail(
+            "--outage-at" if get("outage_at") is None else "--outage-for",
+            "give both --outage-at T and --outage-for X",
+        )
+    if get("failover_lag") is not None and get("outage_at") is None:
+        _fail("--failover-lag", "needs --outage-at T and --outage-for X (the failover's downtime)")
+    if get("outage_at") is not None:
+        faults.append(
+            Outage(at=args.outage_at, duration=args.outage_for, lost_writes=get("failover_lag") or 0.0)
+        )
+    if get("child_crash_after") is not None:
+        faults.append(ChildCrash(job=0, after=_span_dist(args.child_crash_after)))
+    changes: dict[str, Any] = {}
+    if faults != list(scenario.faults):
+        changes["faults"] = tuple(faults)
+    randoms = {}
+    if get("block_rate") is not None or get("block_median") is not None:
+        randoms["block_rate"] = get("block_rate") if get("block_rate") is not None else 1.0
+        randoms["block_duration"] = LogNormal(get("block_median") or 2.0, 1.5)
+    if get("outage_rate") is not None or get("outage_median") is not None:
+        randoms["outage_rate"] = get("outage_rate") if get("outage_rate") is not None else 0.5
+        randoms["outage_duration"] = LogNormal(get("outage_median") or 2.0, 1.0)
+    if randoms:
+        base = scenario.random_faults or RandomFaults(restart_after=None)
+        changes["random_faults"] = replace(base, **randoms)
+    return scenario.with_(**changes) if changes else scenario
+
+
+def with_model_options(policy: ReclaimPolicy, args: argparse.Namespace) -> ReclaimPolicy:
+    """The policy with --take/--track-by/--lazy-fail applied (lease policies only)."""
+    take, track_by, lazy = (
+        getattr(args, "take", None),
+        getattr(args, "track_by", None),
+        getattr(args, "lazy_fail", False),
+    )
+    if take is None and track_by is None and not lazy:
+        return policy
+    if policy.renewal is None:
+        flag = "--take" if take else "--track-by" if track_by else "--lazy-fail"
+        _fail(flag, f"{policy.name!r} has no lease: the BullMQ model options apply to lease policies only")
+    policy = copy.deepcopy(policy)
+    if take is not None:
+        policy.take_after_wakeup = take == "after-wakeup"
+    if track_by is not None:
+        policy.renewal = replace(policy.renewal, track_by=track_by)
+    if lazy:
+        policy.lazy_fail = True
+    return policy
+
+
 def add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=whole(0), default=0, help="root seed (default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -362,6 +491,7 @@ def build_parser() -> Parser:
         help="after an interrupt, replace --out even if it held more rows than finished",
     )
     p.add_argument("--wide", action="store_true", help="all table columns (the default fits 100 columns)")
+    add_fault_flags(p)
     add_run_flags(p)
     add_work_flags(p)
 
@@ -404,6 +534,7 @@ def build_parser() -> Parser:
         default=RUN_REPLICATIONS,
         help=f"independent runs (default {RUN_REPLICATIONS}; with 1 there are no confidence intervals)",
     )
+    add_fault_flags(p)
     add_run_flags(p)
     add_work_flags(p)
 
@@ -602,7 +733,7 @@ def run_scenario(args: argparse.Namespace) -> Scenario:
             loss_on=net.loss_on,
             command_timeout=net.command_timeout,
         )
-    return scenario.with_(**changes)
+    return with_fault_flags(scenario.with_(**changes), args)
 
 
 def _span_dist(pair: tuple[float, float]) -> float | Distribution:
@@ -853,6 +984,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         scenarios = [scenario]
     else:
         scenarios = [standard(name) for name in (args.scenario or DEFAULT_SCENARIOS)]
+    scenarios = [with_fault_flags(s, args) for s in scenarios]
     use_config_policy = config_policy is not None and not (args.lease or args.preset)
     check_sweep_work(args, scenarios, config_policy if use_config_policy else None)
     if use_config_policy:
@@ -861,6 +993,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         policies = lease_policies(args) + (
             [] if args.preset and args.timeout is None else timeout_policies(args)
         )
+    if args.take or args.track_by or args.lazy_fail:
+        policies = [with_model_options(p, args) if p.renewal is not None else p for p in policies]
     cells = [Cell(s, p) for s in scenarios for p in policies]
     jobs = clamp_jobs(args.jobs) if not args.dask else args.jobs
     executor = None
@@ -1180,6 +1314,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         config_policy = load_config(args.config)[1]
         policy = config_policy or policy
+    policy = with_model_options(policy, args)
     settings = policy.settings()
     check_work(
         args,
@@ -1348,11 +1483,22 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     return 0
 
 
+WORKER_EVENT_TEXT = {
+    "block": "BLOCKED (event loop: work goes on, no renewal) for",
+    "unblock": "unblocked",
+    "disconnect": "DISCONNECTED (commands wait in the offline queue);",
+    "network_up": "network back, RECONNECTING (retry backoff):",
+    "reconnect": "reconnected, RESENDING:",
+    "child_crash": "sandboxed child exited, running",
+}
+
+
 def text_timeline(run) -> str:
     """The run's events in time order, one per line (for terminals and for `timeline` without --out)."""
     events: list[tuple[float, int, str]] = []
     for e in run.worker_events:
-        events.append((e.time, 0, f"worker {e.worker} {e.kind} {e.detail}".rstrip()))
+        label = WORKER_EVENT_TEXT.get(e.kind, e.kind)
+        events.append((e.time, 0, f"worker {e.worker} {label} {e.detail}".rstrip()))
     for a in run.attempts:
         events.append(
             (a.taken_at, 1, f"job {a.job} taken by worker {a.worker} (attempt {a.attempt}, token {a.token})")
@@ -1371,9 +1517,13 @@ def text_timeline(run) -> str:
                 )
             )
         if a.finish_applied_at is not None:
-            events.append(
-                (a.finish_applied_at, 3, f"job {a.job} finish by worker {a.worker}: {a.finish_result}")
-            )
+            if a.failed_at is not None and a.reclaimed_by is None:
+                text = f"job {a.job} failed by its worker {a.worker} (a child's exit or a deferred failure)"
+            else:
+                text = f"job {a.job} finish by worker {a.worker}: {a.finish_result}"
+            events.append((a.finish_applied_at, 3, text))
+        elif a.failed_at is not None:
+            events.append((a.failed_at, 2, f"job {a.job} failed by {a.reclaimed_by} (stalled too often)"))
     for e in run.lock_events:
         if e.kind in ("expired", "renew_failed"):
             events.append((e.time, 4, f"lock of job {e.job} {e.kind.replace('_', ' ')}"))

@@ -12,7 +12,7 @@ from typing import Any
 
 from emqsim.distributions import Distribution, parse_distribution
 from emqsim.errors import ConfigError
-from emqsim.faults import Crash, Freeze, Network, RandomFaults
+from emqsim.faults import Block, ChildCrash, Crash, Freeze, Network, Outage, RandomFaults
 from emqsim.policies import LeasePolicy, ReclaimPolicy, TimeoutPolicy
 from emqsim.presets import PRESETS, preset
 from emqsim.scenario import Scenario
@@ -22,10 +22,17 @@ SCENARIO_KEYS = {
     "name", "workers", "concurrency", "jobs", "arrival_rate", "duration", "horizon", "phases", "hz", "queue",
     "remove_on_complete", "faults", "random_faults", "network",
 }  # fmt: skip
-FAULT_KEYS = {"kind", "worker", "at", "job", "after", "duration", "restart_after"}
-RANDOM_KEYS = {"crash_rate", "restart_after", "freeze_rate", "freeze_duration"}
+FAULT_KEYS = {"kind", "worker", "at", "job", "after", "duration", "restart_after", "lost_writes"}
+RANDOM_KEYS = {
+    "crash_rate", "restart_after", "freeze_rate", "freeze_duration", "block_rate", "block_duration",
+    "outage_rate", "outage_duration",
+}  # fmt: skip
+FAULT_KINDS = {"crash": Crash, "freeze": Freeze, "block": Block, "outage": Outage, "child_crash": ChildCrash}
 NETWORK_KEYS = {"rtt", "loss", "loss_on", "command_timeout"}
-POLICY_KEYS = {"kind", "lease", "beat", "scan", "timeout", "two_phase", "max_stalled", "swept_by", "fenced"}
+POLICY_KEYS = {
+    "kind", "lease", "beat", "scan", "timeout", "two_phase", "max_stalled", "swept_by", "fenced", "take",
+    "drain_delay", "lazy_fail", "track_by",
+}  # fmt: skip
 
 # The type every key must have, checked before anything is built (TOML is typed: "no" is a string, not false;
 # 1.5 is not a count). Kinds: str, bool, "count" (whole number >= 1), "index" (whole number >= 0),
@@ -217,17 +224,32 @@ def _scenario(table: Any, where: _Located) -> Scenario:
         name = f"scenario.faults[{i}]"
         fault = dict(_check_keys(fault, FAULT_KEYS, name, where, types="fault"))
         kind = fault.pop("kind", None)
-        if kind not in ("crash", "freeze"):
-            raise where.error(f"{name}.kind", f"must be 'crash' or 'freeze', got {kind!r}")
+        if kind not in FAULT_KINDS:
+            raise where.error(
+                f"{name}.kind", f"must be one of {', '.join(map(repr, FAULT_KINDS))}, got {kind!r}"
+            )
         if "after" in fault:
+            if kind == "outage":
+                raise where.error(f"{name}.after", "an outage starts at an absolute time: use at = seconds")
             fault["after"] = _seconds_or_dist(fault["after"], f"{name}.after", where)
-        if kind == "freeze":
+        if kind in ("freeze", "block", "outage"):
             if "duration" not in fault:
-                raise where.error(f"{name}.kind", "a freeze needs duration = seconds")
-            fault["duration"] = _seconds_or_dist(fault["duration"], f"{name}.duration", where)
+                raise where.error(f"{name}.kind", f"a {kind} needs duration = seconds")
+            if kind == "outage":
+                if isinstance(fault["duration"], bool) or not isinstance(fault["duration"], int | float):
+                    raise where.error(f"{name}.duration", "an outage's duration must be a number of seconds")
+            else:
+                fault["duration"] = _seconds_or_dist(fault["duration"], f"{name}.duration", where)
         elif "duration" in fault:
-            raise where.error(f"{name}.duration", "a crash has no duration (did you mean kind = 'freeze'?)")
-        faults.append(_build(Crash if kind == "crash" else Freeze, f"{name}.kind", where, fault))
+            raise where.error(f"{name}.duration", f"a {kind} has no duration (did you mean kind = 'freeze'?)")
+        for key, owner in (("restart_after", "crash"), ("lost_writes", "outage")):
+            if key in fault and kind != owner:
+                raise where.error(
+                    f"{name}.{key}", f"only a{'n' if owner[0] == 'o' else ''} {owner} has {key}"
+                )
+        if kind == "child_crash" and ("worker" in fault or "at" in fault):
+            raise where.error(f"{name}.kind", "a child_crash hits a job: use job = N and after = seconds")
+        faults.append(_build(FAULT_KINDS[kind], f"{name}.kind", where, fault))
     kwargs["faults"] = tuple(faults)
     if "random_faults" in table:
         rf = dict(
@@ -235,10 +257,9 @@ def _scenario(table: Any, where: _Located) -> Scenario:
                 table["random_faults"], RANDOM_KEYS, "scenario.random_faults", where, types="random_faults"
             )
         )
-        if "freeze_duration" in rf:
-            rf["freeze_duration"] = _dist(
-                rf["freeze_duration"], "scenario.random_faults.freeze_duration", where
-            )
+        for key in ("freeze_duration", "block_duration", "outage_duration"):
+            if key in rf:
+                rf[key] = _dist(rf[key], f"scenario.random_faults.{key}", where)
         kwargs["random_faults"] = _build(RandomFaults, "scenario.random_faults", where, rf)
     if "network" in table:
         net = dict(_check_keys(table["network"], NETWORK_KEYS, "scenario.network", where, types="network"))

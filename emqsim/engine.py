@@ -12,13 +12,14 @@ its lock; one millisecond later it does not.
 from __future__ import annotations
 
 import copy
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import simpy
 
-from emqsim.faults import Crash, Freeze, as_distribution
+from emqsim.faults import Block, ChildCrash, Crash, Freeze, Outage, as_distribution, reconnect_after_ms
 from emqsim.keys import QueueKeys
 from emqsim.policies import ReclaimPolicy
 from emqsim.records import (
@@ -103,17 +104,29 @@ class Simulation:
         self.arrival_times: list[float] = []
         self.done = self.env.event()
         self.next_worker_id = scenario.workers
-        self.job_faults: dict[int, list[Crash | Freeze]] = {}
+        self.job_faults: dict[int, list[Crash | Freeze | Block | ChildCrash]] = {}
         for fault in scenario.faults:
             if fault.job is not None:
                 self.job_faults.setdefault(fault.job, []).append(fault)
+        self.child_crashes = any(isinstance(f, ChildCrash) for f in scenario.faults)
+        self.outages = sorted(
+            (to_ms(f.at), to_ms(f.duration), f.worker) for f in scenario.faults if isinstance(f, Outage)
+        )
+        self.failovers = sorted(
+            (to_ms(f.at), to_ms(f.lost_writes))
+            for f in scenario.faults
+            if isinstance(f, Outage) and f.lost_writes
+        )
+        if self.failovers:
+            self.server.lock_log = deque()
+            self.server.lock_log_keep_ms = max(lag for _, lag in self.failovers)
 
     def _rng(self, name: str, *index: int) -> np.random.Generator:
         return stream(self.seed, self.replication, name, *index)
 
     # -- bookkeeping the workers call ----------------------------------------------------------------------
     def worker_state(self, wid: int) -> str:
-        return self.workers[wid].state
+        return self.workers[wid].state_at(int(self.env.now))
 
     def attempts_started(self, n: int) -> None:
         self.executing += n
@@ -180,18 +193,23 @@ class Simulation:
         for i, fault in enumerate(self.job_faults.get(int(attempt.job), ())):
             rng = self._rng("job_faults", int(attempt.job), i)
             after = to_ms(float(as_distribution(fault.after, "after").sample(rng, 1)[0]))
-            self.env.process(self._fault_later(worker, fault, after, rng))
+            self.env.process(self._fault_later(worker, fault, after, rng, attempt.token))
 
     # -- processes ---------------------------------------------------------------------------------------
-    def _fault_later(self, worker: Worker, fault: Crash | Freeze, delay_ms: int, rng: np.random.Generator):
+    def _fault_later(self, worker: Worker, fault: Any, delay_ms: int, rng: np.random.Generator, token: str):
         yield self.env.timeout(delay_ms)
         if isinstance(fault, Crash):
             if fault.restart_after is not None:
                 worker.restart_after_ms = to_ms(fault.restart_after)
             worker.crash()
+        elif isinstance(fault, ChildCrash):
+            worker.child_crash(token)
         else:
             duration = to_ms(float(as_distribution(fault.duration, "duration").sample(rng, 1)[0]))
-            yield from worker.freeze(duration)
+            if isinstance(fault, Block):
+                yield from worker.block(duration)
+            else:
+                yield from worker.freeze(duration)
 
     def _restart(self, delay_ms: int):
         yield self.env.timeout(delay_ms)
@@ -219,6 +237,68 @@ class Simulation:
                 return
             duration = max(1, to_ms(float(faults.freeze_duration.sample(rng, 1)[0])))
             yield from worker.freeze(duration)
+
+    def _random_blocks(self, worker: Worker, rng: np.random.Generator):
+        faults = self.scenario.random_faults
+        mean_gap_s = HOUR_MS / 1000 / faults.block_rate
+        while True:
+            yield self.env.timeout(max(1, to_ms(rng.exponential(mean_gap_s))))
+            if worker.state == DEAD:
+                return
+            duration = max(1, to_ms(float(faults.block_duration.sample(rng, 1)[0])))
+            yield from worker.block(duration)
+
+    def _outage_windows(self, worker: Worker, start_ms: int, restarted: bool) -> list[tuple[int, int, int]]:
+        """The worker's connection outages as (disconnected, network back, reconnected) in ms: the scenario's
+        outages for it or for everyone, and its random ones (drawn up to the horizon); overlapping ones
+        merge, and the reconnect follows BullMQ's retry strategy from the disconnect."""
+        spans = [
+            (max(at, start_ms), at + length)
+            for at, length, wid in self.outages
+            if (wid is None or (wid == worker.wid and not restarted)) and at + length > start_ms
+        ]
+        faults = self.scenario.random_faults
+        if faults is not None and faults.outage_rate > 0:
+            rng = self._rng("faults", worker.wid, 3)
+            horizon = to_ms(self.scenario.horizon)
+            mean_gap_s = HOUR_MS / 1000 / faults.outage_rate
+            t = start_ms
+            while True:
+                t += max(1, to_ms(rng.exponential(mean_gap_s)))
+                if t >= horizon:
+                    break
+                length = max(1, to_ms(float(faults.outage_duration.sample(rng, 1)[0])))
+                spans.append((t, t + length))
+        windows: list[tuple[int, int, int]] = []
+        for begin, up in sorted(spans):
+            if windows and begin < windows[-1][2]:
+                first = windows[-1][0]
+                up = max(up, windows[-1][1])
+                windows[-1] = (first, up, first + reconnect_after_ms(up - first))
+            else:
+                windows.append((begin, up, begin + reconnect_after_ms(up - begin)))
+        return windows
+
+    def _connection_events(self, worker: Worker, windows: list[tuple[int, int, int]]):
+        """Records only: when the worker's connection dropped, the network came back, and it reconnected."""
+        for begin, up, back in windows:
+            yield self.env.timeout(begin - int(self.env.now))
+            if worker.state == DEAD:
+                return
+            worker._event("disconnect", f"network back in {(up - begin) / 1000:g} s")
+            yield self.env.timeout(up - begin)
+            if worker.state == DEAD:
+                return
+            worker._event("network_up", f"reconnect in {(back - up) / 1000:g} s")
+            yield self.env.timeout(back - up)
+            if worker.state == DEAD:
+                return
+            worker._event("reconnect", "resending queued commands")
+
+    def _failover(self, at_ms: int, lag_ms: int):
+        """At `at_ms` Redis fails over to a replica that lacks the last `lag_ms` of lock writes."""
+        yield self.env.timeout(at_ms)
+        self.server.lose_lock_writes(at_ms - lag_ms)
 
     def _arrivals(self, works_ms: np.ndarray):
         rate = self.scenario.arrival_rate
@@ -272,6 +352,13 @@ class Simulation:
         worker = Worker(self, wid, self._rng("network", wid), self._rng("network", wid, 1))
         self.workers[wid] = worker
         worker._event("restart" if restarted else "start")
+        if self.child_crashes:
+            worker.slot_procs = {}
+        faults = self.scenario.random_faults
+        if self.outages or (faults is not None and faults.outage_rate > 0):
+            worker.outages = self._outage_windows(worker, int(self.env.now), restarted)
+            if worker.outages and self.keep_records:
+                self.env.process(self._connection_events(worker, list(worker.outages)))
         phases = self._rng("phases", wid + 1)
         policy = self.policy
         aligned = self.scenario.phases == "aligned"
@@ -302,6 +389,8 @@ class Simulation:
                 self.env.process(self._random_crashes(worker, fault_rng))
             if faults.freeze_rate > 0:
                 self.env.process(self._random_freezes(worker, self._rng("faults", wid, 1)))
+            if faults.block_rate > 0:
+                self.env.process(self._random_blocks(worker, self._rng("faults", wid, 4)))
         return worker
 
     def _sweep_phases(self) -> tuple[int, int]:
@@ -314,7 +403,7 @@ class Simulation:
             )
         return self._sweeper_phase
 
-    def _worker_fault(self, fault: Crash | Freeze):
+    def _worker_fault(self, fault: Crash | Freeze | Block):
         assert fault.at is not None and fault.worker is not None  # a fault at a time on a worker
         yield self.env.timeout(to_ms(fault.at))
         worker = self.workers[fault.worker]
@@ -324,9 +413,11 @@ class Simulation:
             worker.crash()
         else:
             rng = self._rng("faults", fault.worker, 2)
-            yield from worker.freeze(
-                to_ms(float(as_distribution(fault.duration, "duration").sample(rng, 1)[0]))
-            )
+            duration = to_ms(float(as_distribution(fault.duration, "duration").sample(rng, 1)[0]))
+            if isinstance(fault, Block):
+                yield from worker.block(duration)
+            else:
+                yield from worker.freeze(duration)
 
     # -- the run -----------------------------------------------------------------------------------------
     def run(self) -> Run:
@@ -343,8 +434,10 @@ class Simulation:
             )
             self.env.process(reaper.sweeper(first))
         for fault in scenario.faults:
-            if fault.worker is not None:
+            if fault.worker is not None and not isinstance(fault, Outage):
                 self.env.process(self._worker_fault(fault))
+        for at_ms, lag_ms in self.failovers:
+            self.env.process(self._failover(at_ms, lag_ms))
         self.env.process(self._arrivals(works_ms))
         self.env.process(self._expire_cycle())
         horizon = self.env.timeout(to_ms(scenario.horizon))

@@ -1,8 +1,10 @@
-"""Fault plans (crash, stop-the-world freeze) and the network model, as plain data.
+"""Fault plans (crash, stop-the-world freeze, blocked event loop, connection outage, a sandboxed child's
+crash) and the network model, as plain data.
 
 A fault hits either a worker at an absolute time (`worker=2, at=30`) or whichever worker runs a job's first
 attempt, some seconds into it (`job=0, after=1`: "the worker dies 1 s into its job"). `after` and `duration`
-take a number of seconds or a distribution; draws come from the run's seeded fault stream.
+take a number of seconds or a distribution; draws come from the run's seeded fault stream. An `Outage` hits one
+worker's connection or every worker's at once (a network blip, a Redis restart), from an absolute time.
 """
 
 from __future__ import annotations
@@ -71,16 +73,107 @@ class Freeze:
 
 
 @dataclass(frozen=True)
+class Block:
+    """The worker's event loop is blocked (a CPU-bound section of a job in Node): the job's work goes on, but
+    no timer fires and no reply is read, so the lock manager sends no renewal and the worker takes no job.
+    Timers that came due fire once when the loop frees; the lease lapses if the block outlasts it."""
+
+    duration: Seconds
+    worker: int | None = None
+    at: float | None = None
+    job: int | None = None
+    after: Seconds = 0.0
+
+    def __post_init__(self) -> None:
+        _check_target("Block", self.worker, self.at, self.job)
+        as_distribution(self.after, "Block.after")
+        as_distribution(self.duration, "Block.duration")
+
+
+@dataclass(frozen=True)
+class Outage:
+    """The connection to Redis is down from `at` for `duration` seconds: one worker's (`worker=2`) or every
+    worker's at once (`worker=None`: a network blip at Redis, a Redis restart that keeps its data). Clients
+    behave as ioredis under BullMQ (`maxRetriesPerRequest: null`): commands wait in the offline queue and
+    unanswered ones are resent once the client reconnects; reconnect attempts follow BullMQ's retry strategy
+    (`reconnect_delay_ms`), so the client is back at the first attempt after the network is.
+
+    `lost_writes` > 0 makes it a failover to an asynchronous replica that lags that many seconds: the lock
+    writes (a take's `SET`, a renewal) Redis applied in the last `lost_writes` seconds before `at` are undone,
+    unless a later write changed the lock since (other writes are kept: a partial model of the lost tail)."""
+
+    at: float
+    duration: float
+    worker: int | None = None
+    lost_writes: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.at) and self.at >= 0):
+            raise ConfigError(f"Outage.at must be >= 0 seconds, got {self.at}")
+        if not (math.isfinite(self.lost_writes) and self.lost_writes >= 0):
+            raise ConfigError(f"Outage.lost_writes must be >= 0 seconds, got {self.lost_writes}")
+        if self.lost_writes > 0 and self.worker is not None:
+            raise ConfigError(
+                "Outage.lost_writes is a Redis failover: it hits every worker (leave worker out)"
+            )
+        if not (math.isfinite(self.duration) and self.duration > 0):
+            raise ConfigError(f"Outage.duration must be > 0 seconds, got {self.duration}")
+        if self.worker is not None and self.worker < 0:
+            raise ConfigError(f"Outage.worker must be >= 0 (or omitted for every worker), got {self.worker}")
+
+    job = None  # an outage targets connections, never a job
+
+
+@dataclass(frozen=True)
+class ChildCrash:
+    """A sandboxed processor's child process dies `after` seconds into job `job`'s first attempt: the parent
+    worker stays alive and fails the job at once ("Unexpected exit code"), without waiting for the lease."""
+
+    job: int
+    after: Seconds = 0.0
+
+    def __post_init__(self) -> None:
+        if self.job < 0:
+            raise ConfigError(f"ChildCrash: job must be >= 0, got {self.job}")
+        as_distribution(self.after, "ChildCrash.after")
+
+    worker = None  # hits a job's worker, never a worker by id
+
+
+def reconnect_delay_ms(times: int) -> int:
+    """BullMQ's ioredis retry strategy: `Math.max(Math.min(Math.exp(times), 20000), 1000)` ms before
+    reconnect attempt `times` (1, 2, ...); whole ms, as the timer runs them."""
+    return int(max(min(math.exp(min(times, 20)), 20000.0), 1000.0))
+
+
+def reconnect_after_ms(down_ms: int) -> int:
+    """How long after a disconnect the client is connected again when the network is back `down_ms` after
+    it: the first reconnect attempt at or after `down_ms` (attempts are made at the cumulative retry delays
+    and succeed at once once Redis is reachable)."""
+    elapsed, times = 0, 0
+    while elapsed < down_ms:
+        times += 1
+        elapsed += reconnect_delay_ms(times)
+    return elapsed
+
+
+@dataclass(frozen=True)
 class RandomFaults:
-    """Faults drawn per worker: crashes and freezes as Poisson processes (rates per worker-hour)."""
+    """Faults drawn per worker as Poisson processes (rates per worker-hour): crashes, stop-the-world freezes,
+    blocked event loops (`block_rate`, lengths `block_duration`) and connection outages (`outage_rate`,
+    lengths `outage_duration`)."""
 
     crash_rate: float = 0.0
     restart_after: float | None = 5.0
     freeze_rate: float = 0.0
     freeze_duration: Distribution = Fixed(1.0)
+    block_rate: float = 0.0
+    block_duration: Distribution = Fixed(1.0)
+    outage_rate: float = 0.0
+    outage_duration: Distribution = Fixed(5.0)
 
     def __post_init__(self) -> None:
-        for name in ("crash_rate", "freeze_rate"):
+        for name in ("crash_rate", "freeze_rate", "block_rate", "outage_rate"):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0:
                 raise ConfigError(f"RandomFaults.{name} must be >= 0 per worker-hour, got {value}")

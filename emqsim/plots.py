@@ -204,6 +204,27 @@ _C = OKABE_ITO
 _LEGEND: dict[str, Callable[[], Any]] = {
     "running": lambda: Patch(facecolor=_C["blue"], label="job running"),
     "frozen": lambda: Patch(facecolor=_C["yellow"], edgecolor=_C["orange"], hatch="///", label="frozen"),
+    "blocked": lambda: Patch(
+        facecolor=_C["blue"],
+        edgecolor=_C["vermillion"],
+        hatch="xx",
+        label="event loop blocked (work goes on)",
+    ),
+    "disconnected": lambda: Patch(
+        facecolor=_C["purple"], alpha=0.3, edgecolor=_C["purple"], hatch="..", label="connection down"
+    ),
+    "reconnecting": lambda: Patch(
+        facecolor=_C["purple"], alpha=0.12, label="network back, reconnect backoff"
+    ),
+    "resend": lambda: Line2D(
+        [],
+        [],
+        color=_C["purple"],
+        marker=">",
+        linestyle="none",
+        markersize=6,
+        label="reconnected: commands resent",
+    ),
     "held": lambda: Patch(
         facecolor="#D9D9D9", edgecolor=GREY, hatch="\\\\\\", label="job held by a dead worker"
     ),
@@ -292,15 +313,33 @@ class _Worker:
     restarted: bool = False
     died: float | None = None
     frozen: list[tuple[float, float]] = field(default_factory=list)
+    blocked: list[tuple[float, float]] = field(default_factory=list)
+    disconnected: list[tuple[float, float]] = field(default_factory=list)
+    reconnecting: list[tuple[float, float]] = field(default_factory=list)
+    resends: list[float] = field(default_factory=list)
 
 
 def _workers(run: Run) -> dict[int, _Worker]:
     workers: dict[int, _Worker] = {}
     open_freeze: dict[int, float] = {}
+    open_block: dict[int, float] = {}
+    open_drop: dict[int, float] = {}
     for e in run.worker_events:
         w = workers.setdefault(e.worker, _Worker(e.worker, start=e.time))
         if e.kind in ("start", "restart"):
             w.start, w.restarted = e.time, e.kind == "restart"
+        elif e.kind == "block":
+            open_block[e.worker] = e.time
+        elif e.kind == "unblock" and e.worker in open_block:
+            w.blocked.append((open_block.pop(e.worker), e.time))
+        elif e.kind == "disconnect":
+            open_drop[e.worker] = e.time
+        elif e.kind == "network_up" and e.worker in open_drop:
+            w.disconnected.append((open_drop.pop(e.worker), e.time))
+            open_drop[e.worker] = e.time
+        elif e.kind == "reconnect" and e.worker in open_drop:
+            w.reconnecting.append((open_drop.pop(e.worker), e.time))
+            w.resends.append(e.time)
         elif e.kind == "freeze":
             open_freeze[e.worker] = e.time
         elif e.kind == "resume" and e.worker in open_freeze:
@@ -309,23 +348,30 @@ def _workers(run: Run) -> dict[int, _Worker]:
             w.died = e.time
             if e.worker in open_freeze:
                 w.frozen.append((open_freeze.pop(e.worker), e.time))
+            if e.worker in open_block:
+                w.blocked.append((open_block.pop(e.worker), e.time))
     for wid, t in open_freeze.items():
         workers[wid].frozen.append((t, run.end))
+    for wid, t in open_block.items():
+        workers[wid].blocked.append((t, run.end))
     for a in run.attempts:
         workers.setdefault(a.worker, _Worker(a.worker))
     return dict(sorted(workers.items()))
 
 
-def _split(t0: float, t1: float, frozen: Sequence[tuple[float, float]]) -> list[tuple[float, float, str]]:
-    """[t0, t1] cut into running and frozen pieces."""
+def _split(
+    t0: float, t1: float, frozen: Sequence[tuple[float, float]], blocked: Sequence[tuple[float, float]] = ()
+) -> list[tuple[float, float, str]]:
+    """[t0, t1] cut into running, frozen and blocked (running with the event loop blocked) pieces."""
     pieces, t = [], t0
-    for f0, f1 in frozen:
-        a, b = max(f0, t0), min(f1, t1)
+    spans = sorted([(f0, f1, "frozen") for f0, f1 in frozen] + [(b0, b1, "blocked") for b0, b1 in blocked])
+    for f0, f1, kind in spans:
+        a, b = max(f0, t0, t), min(f1, t1)
         if b <= a:
             continue
         if a > t:
             pieces.append((t, a, "running"))
-        pieces.append((a, b, "frozen"))
+        pieces.append((a, b, kind))
         t = b
     if t1 > t:
         pieces.append((t, t1, "running"))
@@ -360,9 +406,12 @@ def _shapes(run: Run, workers: Mapping[int, _Worker]) -> list[_Shape]:
             work_end = a.finished_at
         elif a.died_at is not None:
             work_end = a.died_at
+        elif a.failed_at is not None and a.reclaimed_by is None:  # failed by its own worker
+            work_end = a.failed_at
         else:
             work_end = run.end
-        segments = _split(start, max(start, work_end), workers[a.worker].frozen)
+        w = workers[a.worker]
+        segments = _split(start, max(start, work_end), w.frozen, w.blocked)
         if a.died_at is not None:
             end = _reclaim_time(a)
             segments.append((a.died_at, run.end if end is None else end, "held"))
@@ -464,10 +513,11 @@ def _draw_timeline(
     gap = 0.35
     yticks, ylabels = [], []
     ypos: dict[int, float] = {}  # id(attempt) -> bar centre
-    bars: dict[str, list] = {"running": [], "frozen": [], "held": []}
+    bars: dict[str, list] = {"running": [], "frozen": [], "blocked": [], "held": []}
     lock_rects, deadline_rects, tick_segs, refused_pts = [], [], [], []
     crash_pts: list[tuple[float, float]] = []
     dead_rects, frozen_rects = [], []
+    down_rects, backoff_rects, resend_pts = [], [], []
     for w, mine, row_of in lanes:
         rows = max(row_of.values(), default=0) + 1
         top, bottom = y, y + rows
@@ -478,6 +528,11 @@ def _draw_timeline(
             crash_pts.append((w.died, top - 0.02))
         for f0, f1 in w.frozen:
             frozen_rects.append((f0, top - 0.1, f1 - f0, bottom - top + 0.2))
+        for d0, d1 in w.disconnected:
+            down_rects.append((d0, top - 0.1, d1 - d0, bottom - top + 0.2))
+        for d0, d1 in w.reconnecting:
+            backoff_rects.append((d0, top - 0.1, d1 - d0, bottom - top + 0.2))
+        resend_pts.extend((t, top - 0.02) for t in w.resends)
         for i, s in enumerate(mine):
             r = y + row_of[i]
             centre = r + 0.36
@@ -500,6 +555,19 @@ def _draw_timeline(
         used.add("frozen")
     if dead_rects:
         used.add("dead")
+    # Connection outages: down (hatched), then the reconnect backoff (light), then the resend.
+    _rects(
+        ax, down_rects, facecolor=_C["purple"], alpha=0.3, edgecolor=_C["purple"], hatch="..", lw=0, zorder=0
+    )
+    _rects(ax, backoff_rects, facecolor=_C["purple"], alpha=0.12, edgecolor="none", zorder=0)
+    if down_rects:
+        used.add("disconnected")
+    if backoff_rects:
+        used.add("reconnecting")
+    if resend_pts:
+        used.add("resend")
+        xs, ys = zip(*resend_pts, strict=True)
+        ax.plot(xs, ys, **_marker("resend"), zorder=7)
 
     # Sweeps: vertical lines (a rug along the top when there are too many to read).
     sweeps = [s for s in run.sweeps if not s.skipped and t0 <= s.time <= t1]
@@ -529,6 +597,11 @@ def _draw_timeline(
     # Jobs, locks, timeout clocks, heartbeats.
     _rects(ax, bars["running"], facecolor=_C["blue"], edgecolor="none", zorder=2)
     _rects(ax, bars["frozen"], facecolor=_C["yellow"], edgecolor=_C["orange"], hatch="///", lw=0.5, zorder=2)
+    _rects(
+        ax, bars["blocked"], facecolor=_C["blue"], edgecolor=_C["vermillion"], hatch="xx", lw=0.5, zorder=2
+    )
+    if bars["blocked"]:
+        used.add("blocked")
     _rects(ax, bars["held"], facecolor="#D9D9D9", edgecolor=GREY, hatch="\\\\\\", lw=0.5, zorder=2)
     _rects(ax, lock_rects, facecolor=_C["sky"], edgecolor="none", zorder=2)
     _rects(ax, deadline_rects, facecolor=_C["orange"], alpha=0.35, edgecolor=_C["orange"], lw=0.8, zorder=2)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from emqsim.errors import ConfigError
@@ -43,7 +43,10 @@ class RenewalRule:
     `strict`), setting `ts = now`. With `after_reply` the next tick is scheduled when the round trip returns
     (BullMQ's `setTimeout` after `await`), else at a fixed rate. `per_job` gives every job its own timer and
     round trip instead (the naive design, for comparing Redis load). `recreate_missing` makes a renewal set
-    a missing lock again instead of failing the token check.
+    a missing lock again instead of failing the token check. `track_by` keys the lock manager's table:
+    "token" (one entry per take) or "job" (BullMQ's and EchoMQ's map by job id: a re-take of a job the
+    worker still runs a stale copy of replaces the stale entry, and the stale copy's end untracks the fresh
+    one, whose lock then lapses).
     """
 
     tick_ms: int
@@ -52,6 +55,11 @@ class RenewalRule:
     after_reply: bool = True
     per_job: bool = False
     recreate_missing: bool = False
+    track_by: str = "token"
+
+    def __post_init__(self) -> None:
+        if self.track_by not in ("token", "job"):
+            raise ConfigError(f"track_by must be 'token' or 'job', got {self.track_by!r}")
 
     @classmethod
     def every(cls, beat: float, **kw: Any) -> RenewalRule:
@@ -82,6 +90,11 @@ class ReclaimPolicy:
       swept_by        "workers" (every live worker runs it on its own timer, rate-limited as BullMQ does) or
                       "reaper" (one dedicated process that never dies)
       fenced          whether finishes are token-checked (a stale finish is rejected instead of accepted)
+      take_after_wakeup  False: a blocking take (BLMOVE) that Redis runs atomically as soon as a job is there,
+                      even for a frozen client; True: BullMQ's fetch, a BZPOPMIN on the queue's marker (up
+                      to `drain_delay_ms`) and moveToActive only after the client has read the wake-up
+      lazy_fail       a job stalled more than max_stalled times is marked (`defa`) and re-queued, and its
+                      next taker fails it (BullMQ 6), instead of being failed by the sweep
     """
 
     name: str = "custom"
@@ -89,6 +102,9 @@ class ReclaimPolicy:
     sweep_interval_ms: int = 5000
     swept_by: SweptBy = "reaper"
     fenced: bool = True
+    take_after_wakeup: bool = False
+    drain_delay_ms: int = 5000
+    lazy_fail: bool = False
 
     def settings(self) -> dict[str, Any]:
         """Plain settings for tables, in seconds; None where a setting does not apply."""
@@ -124,7 +140,10 @@ class LeasePolicy(ReclaimPolicy):
     """A lock with a `PX` lease, renewed by a heartbeat; the sweep reclaims jobs whose lock is gone.
 
     `lease`, `beat` and `scan` are seconds. `two_phase` selects BullMQ's mark-then-move sweep (default) or a
-    single pass. `renewal` overrides the default rule `RenewalRule.every(beat)` (e.g. BullMQ's exact rule).
+    single pass. `renewal` overrides the default rule `RenewalRule.every(beat)` (e.g. BullMQ's exact rule);
+    `track_by` ("token" or "job") sets the rule's lock-manager keying. `take` is "atomic" (a blocking move
+    Redis serves even to a frozen client) or "after-wakeup" (BullMQ: marker wake-up, then moveToActive;
+    idle takers wait up to `drain_delay` s); `lazy_fail` fails a job past `max_stalled` at its next take.
     """
 
     def __init__(
@@ -138,8 +157,17 @@ class LeasePolicy(ReclaimPolicy):
         swept_by: SweptBy = "workers",
         renewal: RenewalRule | None = None,
         name: str = "lease",
+        take: str = "atomic",
+        drain_delay: float = 5.0,
+        lazy_fail: bool = False,
+        track_by: str | None = None,
     ) -> None:
         _require_positive("lease", lease)
+        _require_positive("drain_delay", drain_delay)
+        if take not in ("atomic", "after-wakeup"):
+            raise ConfigError(f"take must be 'atomic' or 'after-wakeup', got {take!r}")
+        if not isinstance(lazy_fail, bool):
+            raise ConfigError(f"lazy_fail must be true or false, got {lazy_fail!r}")
         _require_positive("beat", beat)
         _require_positive("scan", scan)
         if beat >= lease:
@@ -158,10 +186,15 @@ class LeasePolicy(ReclaimPolicy):
         self.max_stalled = max_stalled
         self.swept_by = swept_by
         self.renewal = renewal or RenewalRule.every(beat)
+        if track_by is not None:
+            self.renewal = replace(self.renewal, track_by=track_by)
         if self.renewal.tick_ms >= self.lease_ms:
             raise ConfigError("the renewal timer must tick more often than the lease lasts")
         self.name = name
         self.fenced = True
+        self.take_after_wakeup = take == "after-wakeup"
+        self.drain_delay_ms = to_ms(drain_delay)
+        self.lazy_fail = lazy_fail
         if lease / beat < 2:
             warnings.warn(
                 f"lease/beat = {lease / beat:.2f} < 2: a single late or lost heartbeat lapses the lease",
@@ -188,7 +221,7 @@ class LeasePolicy(ReclaimPolicy):
 
     def sweep(self, queue: Queue, now_ms: int) -> SweepReply:
         if self.two_phase:
-            return queue.sweep_two_phase(now_ms, self.sweep_interval_ms, self.max_stalled)
+            return queue.sweep_two_phase(now_ms, self.sweep_interval_ms, self.max_stalled, self.lazy_fail)
         return queue.sweep_single_phase(now_ms, self.sweep_interval_ms, self.max_stalled)
 
     def sweep_refused(self, queue: Queue, arrival_ms: int) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 
 from emqsim.errors import ConfigError
 from emqsim.policies import LeasePolicy, ReclaimPolicy, RenewalRule, TimeoutPolicy
+from emqsim.protocol import Queue, SweepReply
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,8 @@ class Preset:
 
 
 def _bullmq(name: str, lease: float, scan: float, max_stalled: int) -> ReclaimPolicy:
-    rule = RenewalRule.bullmq(lease)  # lockRenewTime = lockDuration/2, tick = lockRenewTime/2
+    # lockRenewTime = lockDuration/2, tick = lockRenewTime/2; the LockManager's map is keyed by job id
+    rule = RenewalRule.bullmq(lease, track_by="job")
     return LeasePolicy(
         lease=lease,
         beat=rule.tick_ms / 1000,
@@ -46,11 +48,41 @@ def _bullmq(name: str, lease: float, scan: float, max_stalled: int) -> ReclaimPo
         swept_by="workers",
         renewal=rule,
         name=name,
+        take="after-wakeup",  # BZPOPMIN on the marker, then moveToActive (drainDelay 5 s)
+        drain_delay=5.0,
+        lazy_fail=True,  # past maxStalledCount: `defa` set, re-queued, failed by the next taker
     )
 
 
 def _echomq(name: str, lease: float, beat: float, scan: float) -> ReclaimPolicy:
     return LeasePolicy(lease=lease, beat=beat, scan=scan, two_phase=True, max_stalled=1, name=name)
+
+
+class SweepThatNeverRecovers(LeasePolicy):
+    """A lease whose stalled sweep changes nothing: the sweep script errors (or returns at its first check)
+    because its caller passes keys and arguments in another order than the script reads them. Renewals work,
+    so live jobs keep their locks; a dead worker's job is never moved back (held to the horizon)."""
+
+    def sweep(self, queue: Queue, now_ms: int) -> SweepReply:
+        return SweepReply(skipped=True)
+
+    def sweep_refused(self, queue: Queue, arrival_ms: int) -> bool:
+        return False
+
+
+def _echomq_code(name: str, lease: float, scan: float) -> ReclaimPolicy:
+    # LockManager: tick lock_renew_time/2 = lease/4, strict `ts + threshold < now`, rescheduled after the
+    # batched extend_locks returns (a GenServer call), a map keyed by job id.
+    rule = RenewalRule.bullmq(lease, track_by="job")
+    return SweepThatNeverRecovers(
+        lease=lease,
+        beat=rule.tick_ms / 1000,
+        scan=scan,
+        two_phase=True,
+        max_stalled=1,
+        renewal=rule,
+        name=name,
+    )
 
 
 def _timeout(name: str, timeout: float, scan: float) -> ReclaimPolicy:
@@ -75,7 +107,8 @@ PRESETS: dict[str, Preset] = {
             {"lease": 30.0, "scan": 30.0, "max_stalled": 1},
             "npm bullmq 6: classes/worker.js, classes/lock-manager.js, commands/moveStalledJobsToWait-9.lua",
             "lockDuration 30 s, lockRenewTime = lockDuration/2, LockManager tick = lockRenewTime/2 with the "
-            "strict `ts + renew/2 < now` rule, stalledInterval 30 s, maxStalledCount 1",
+            "strict `ts + renew/2 < now` rule and jobs tracked by id, stalledInterval 30 s, maxStalledCount 1 "
+            "failed lazily by the next taker, takes after a marker wake-up (drainDelay 5 s)",
             _bullmq,
         ),
         Preset(
@@ -86,6 +119,17 @@ PRESETS: dict[str, Preset] = {
             "seed document 'Lock-expiry detection'",
             "lease 30 s renewed every 10 s: two missed renewals still leave the lock alive, three lapse it",
             _echomq,
+        ),
+        Preset(
+            "echomq-code",
+            "EchoMQ (its Elixir code)",
+            "lease + BullMQ's LockManager; the stalled sweep's script call does not match the script",
+            {"lease": 30.0, "scan": 30.0},
+            "jonny-novikov/fiberfx echo/apps/echomq/lib/echomq: lock_manager.ex, worker.ex, scripts.ex, "
+            "stalled_checker.ex (see docs/presets.md)",
+            "lock_duration 30 s renewed on BullMQ's rule (tick 7.5 s, strict, jobs keyed by id); the stalled "
+            "check's arguments do not match moveStalledJobsToWait-8.lua's, so it recovers nothing",
+            _echomq_code,
         ),
         Preset(
             "celery-redis",

@@ -135,18 +135,45 @@ class Queue:
             store.sadd(self.keys.completed, job_id)
         return FinishReply(job_id, 0, was_active=True)
 
+    def fail(self, job_id: str, token: str, check_token: bool = True) -> FinishReply:
+        """moveToFinished to `failed` by the job's holder (a sandboxed child's exit, a deferred failure):
+        token-checked like a completion (unless `check_token` is False: an unfenced queue)."""
+        store = self.store
+        if check_token:
+            lock_key = self.keys.lock(job_id)
+            current = store.get(lock_key)
+            if current is None:
+                return FinishReply(job_id, MISSING_LOCK, was_active=False)
+            if current != token:
+                return FinishReply(job_id, LOCK_MISMATCH, was_active=False)
+            store.delete(lock_key)
+            store.srem(self.keys.stalled, job_id)
+        if store.lrem(self.keys.active, -1, job_id) == 0:
+            if check_token:
+                return FinishReply(job_id, NOT_IN_ACTIVE, was_active=False)
+            return FinishReply(job_id, 0, was_active=False)  # reclaimed meanwhile: left alone
+        store.sadd(self.keys.failed, job_id)
+        return FinishReply(job_id, 0, was_active=True)
+
     # -- recovery ----------------------------------------------------------------------------------------
-    def _requeue(self, job_id: str, max_stalled: int | None) -> bool:
-        """Count a stall; back to `wait` (True) or to `failed` past `max_stalled` (False)."""
+    def _requeue(self, job_id: str, max_stalled: int | None, lazy_fail: bool = False) -> bool:
+        """Count a stall; back to `wait` (True) or to `failed` past `max_stalled` (False). With `lazy_fail`
+        (BullMQ 6) a job past the limit is marked (`defa`) and still goes back to `wait`; its next taker
+        fails it."""
         store = self.store
         stalled_count = store.hincrby(self.keys.job(job_id), "stc", 1)
         if max_stalled is not None and stalled_count > max_stalled:
-            store.sadd(self.keys.failed, job_id)
-            return False
+            if lazy_fail:
+                store.hset(self.keys.job(job_id), "defa", "job stalled more than allowable limit")
+            else:
+                store.sadd(self.keys.failed, job_id)
+                return False
         store.rpush(self.keys.wait, job_id)
         return True
 
-    def sweep_two_phase(self, now_ms: int, interval_ms: int, max_stalled: int | None) -> SweepReply:
+    def sweep_two_phase(
+        self, now_ms: int, interval_ms: int, max_stalled: int | None, lazy_fail: bool = False
+    ) -> SweepReply:
         """moveStalledJobsToWait: rate-limited by `stalled-check`; move marked jobs whose lock is gone, then
         mark every active job. A job is recovered only if it was active at the previous check, no renewal
         unmarked it since, and its lock is gone now."""
@@ -162,7 +189,7 @@ class Queue:
             store.delete(k.stalled)
             for job_id in stalling:
                 if not store.exists(k.lock(job_id)) and store.lrem(k.active, 1, job_id) > 0:
-                    (reclaimed if self._requeue(job_id, max_stalled) else failed).append(job_id)
+                    (reclaimed if self._requeue(job_id, max_stalled, lazy_fail) else failed).append(job_id)
         active = store.lrange(k.active, 0, -1)
         if active:
             store.sadd(k.stalled, *active)

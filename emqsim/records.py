@@ -15,9 +15,9 @@ from typing import Any, Literal
 # Bumped by every change that alters any simulated result (a fix, a model change). The golden files in
 # tests/golden/ pin the results of each schema, and the sweep cache keys on it, so a stale cache can never
 # serve numbers an older model produced.
-RESULTS_SCHEMA = 2
+RESULTS_SCHEMA = 3
 
-WorkerState = Literal["alive", "frozen", "dead"]
+WorkerState = Literal["alive", "frozen", "blocked", "disconnected", "dead"]
 
 # Outcomes of one attempt (one take of a job by a worker).
 COMPLETED = "completed"  # finish accepted, the job's first completion
@@ -58,8 +58,9 @@ class Attempt:
 
     @property
     def false_reclaim(self) -> bool:
-        """Reclaimed (or failed by the sweep) while its worker was not dead."""
-        return self.worker_state_at_reclaim in ("alive", "frozen")
+        """Reclaimed (or failed by the sweep) while its worker was not dead (alive, frozen, blocked or
+        disconnected)."""
+        return self.worker_state_at_reclaim is not None and self.worker_state_at_reclaim != "dead"
 
     @property
     def detection_latency(self) -> float | None:
@@ -74,7 +75,7 @@ class Attempt:
 class WorkerEvent:
     time: float
     worker: int
-    kind: str  # start, crash, freeze, resume, restart
+    kind: str  # start, crash, freeze, resume, block, unblock, disconnect, network_up, reconnect, child_crash, restart
     detail: str = ""
 
 
@@ -83,7 +84,7 @@ class LockEvent:
     time: float
     job: str
     token: str | None
-    kind: str  # set, renewed, renew_failed, renew_lost, released, deleted, expired, evicted
+    kind: str  # set, renewed, renew_failed, renew_lost, released, deleted, expired, evicted, lost_in_failover
     expires_at: float | None = None
     detail: str = ""
 
@@ -169,6 +170,11 @@ def with_expiries(events: list[LockEvent], end: float, one_ms: float = 0.001) ->
             last[key] = event
         elif event.kind in ("released", "deleted"):
             last.pop(key, None)
+        elif event.kind == "lost_in_failover":  # the lock is back to its earlier expiry, or gone
+            if event.expires_at is None:
+                last.pop(key, None)
+            else:
+                last[key] = event
     for event in last.values():
         lapse(event, end)
     out.sort(key=lambda e: e.time)

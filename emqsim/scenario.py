@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from emqsim.distributions import Distribution, Fixed, LogNormal
 from emqsim.errors import ConfigError
-from emqsim.faults import Crash, Freeze, Network, RandomFaults
+from emqsim.faults import Block, ChildCrash, Crash, Freeze, Network, Outage, RandomFaults  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,8 @@ class Scenario:
 
     jobs          how many jobs arrive: all at t=0, or as a Poisson stream with `arrival_rate` per second
     duration      each job's work (drawn once per job: a retried job needs the same work again)
-    faults        explicit crashes and freezes; `random_faults` draws more per worker
+    faults        explicit crashes, freezes, blocked loops, connection outages and sandboxed children's
+                  crashes; `random_faults` draws more per worker
     phases        "random": workers started at arbitrary times in real deployments, so each worker's renewal
                   timer starts at a uniformly drawn offset, one random worker holds the sweep rate limit
                   and the others' sweep attempts come uniform offsets in (0, scan] after its sweeps;
@@ -40,7 +41,7 @@ class Scenario:
     jobs: int = 1
     arrival_rate: float | None = None
     duration: Distribution = Fixed(60.0)
-    faults: tuple[Crash | Freeze, ...] = ()
+    faults: tuple[Crash | Freeze | Block | Outage | ChildCrash, ...] = ()
     random_faults: RandomFaults | None = None
     network: Network = field(default_factory=Network)
     phases: Literal["random", "aligned"] = "random"
@@ -114,15 +115,46 @@ def frozen(
     )
 
 
-def flaky_network(
-    loss: float = 0.2, jobs: int = 12, duration: float = 300.0, workers: int = 4, horizon: float = 3600.0
+def blocked_loop(
+    block_for: float | Distribution = 45.0,
+    block_after: float | Distribution = 5.0,
+    duration: float = 120.0,
+    workers: int = 2,
+    concurrency: int = 1,
+    horizon: float = 3600.0,
 ) -> Scenario:
-    """Renewals lost with probability `loss`; nobody dies, so every reclaim is a false one."""
+    """A CPU-bound section blocks the worker's event loop for `block_for` seconds, `block_after` seconds into
+    the job: the work goes on but no renewal is sent, so a block longer than the lease lapses the lock of a
+    worker that is alive and working (BullMQ's most reported "job stalled" cause)."""
+    return Scenario(
+        name="blocked-loop",
+        workers=workers,
+        concurrency=concurrency,
+        jobs=1,
+        duration=Fixed(duration),
+        faults=(Block(job=0, after=block_after, duration=block_for),),
+        horizon=horizon,
+    )
+
+
+def flaky_network(
+    loss: float = 0.2,
+    jobs: int = 12,
+    duration: float = 300.0,
+    workers: int = 4,
+    outage_at: float | None = 120.0,
+    outage_for: float = 15.0,
+    horizon: float = 3600.0,
+) -> Scenario:
+    """Renewals lost with probability `loss`, and one connection outage of `outage_for` seconds at
+    `outage_at` for every worker at once (a network blip at Redis: commands queue and are resent after the
+    reconnect backoff); nobody dies, so every reclaim is a false one. `outage_at=None` leaves the outage out."""
     return Scenario(
         name="flaky-network",
         workers=workers,
         jobs=jobs,
         duration=Fixed(duration),
+        faults=() if outage_at is None else (Outage(at=outage_at, duration=outage_for),),
         network=Network(loss=loss),
         horizon=horizon,
     )
@@ -138,10 +170,16 @@ def production(
     crash_rate: float = 2.0,
     freeze_rate: float = 6.0,
     freeze_median: float = 0.5,
+    block_rate: float = 1.0,
+    block_median: float = 2.0,
+    outage_rate: float = 0.5,
+    outage_median: float = 2.0,
     horizon: float = 3600.0,
 ) -> Scenario:
-    """Many workers with concurrency, heavy-tailed durations, crashes with restarts, GC-style freezes and
-    network jitter: where both failure modes of the timeout meet."""
+    """Many workers with concurrency, heavy-tailed durations, crashes with restarts, GC-style freezes, blocked
+    event loops (CPU-bound sections, lognormal lengths with a heavy tail), short connection outages and
+    network jitter: where both failure modes of the timeout meet. Rates are per worker-hour (docs/model.md
+    says where each comes from)."""
     return Scenario(
         name="production",
         workers=workers,
@@ -154,6 +192,10 @@ def production(
             restart_after=5.0,
             freeze_rate=freeze_rate,
             freeze_duration=LogNormal(freeze_median, 1.0),
+            block_rate=block_rate,
+            block_duration=LogNormal(block_median, 1.5),
+            outage_rate=outage_rate,
+            outage_duration=LogNormal(outage_median, 1.0),
         ),
         network=Network(rtt=LogNormal(0.002, 0.5)),
         horizon=horizon,
@@ -164,6 +206,7 @@ STANDARD: dict[str, Callable[..., Scenario]] = {
     "slow-alive": slow_alive,
     "fast-dead": fast_dead,
     "frozen": frozen,
+    "blocked-loop": blocked_loop,
     "flaky-network": flaky_network,
     "production": production,
 }

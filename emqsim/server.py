@@ -60,7 +60,14 @@ class Server:
         self.lock_events: list[LockEvent] = []
         self.sweeps: list[SweepEvent] = []
         self.requests: dict[str, int] = {}
-        self.blocked: deque[tuple[Worker, str, simpy.Event, int]] = deque()
+        self.blocked: deque[tuple[Client, str, simpy.Event, int]] = deque()
+        # Parked BZPOPMIN calls on the queue's marker (takes after wake-up): [worker, reply, back_ms, done].
+        self.marker_waiters: deque[list[Any]] = deque()
+        self.doomed: set[str] = set()  # tokens of takes that got a job marked to fail (`defa`)
+        # Lock writes (time, job, token written, previous value, previous expiry), kept only when a failover
+        # can lose them (`Outage.lost_writes`); None otherwise.
+        self.lock_log: deque[tuple[int, str, str, str | None, int | None]] | None = None
+        self.lock_log_keep_ms = 0
         self.work_of: dict[str, float] = {}
         self.settled = 0  # jobs that reached completed or failed
         self.on_settle: Callable[[str], None] = lambda job_id: None  # a job reached completed or failed
@@ -86,6 +93,17 @@ class Server:
         self.env.timeout(out_ms).callbacks.append(arrive)
         return reply
 
+    def send_split(self, kind: str, op: Callable[[int], Any], out_ms: int, back_ms: int) -> simpy.Event:
+        """`send` with the two legs given (a client whose connection has outages routes its own)."""
+        self.requests[kind] = self.requests.get(kind, 0) + 1
+        reply = self.env.event()
+
+        def arrive(_: simpy.Event) -> None:
+            self._reply(reply, op(int(self.env.now)), back_ms)
+
+        self.env.timeout(out_ms).callbacks.append(arrive)
+        return reply
+
     def _reply(self, reply: simpy.Event, result: Any, back_ms: int) -> None:
         """The reply reaches the client `back_ms` from now: one scheduled event (what `Timeout` does), not a
         back-leg timeout whose callback then triggers the reply."""
@@ -99,15 +117,19 @@ class Server:
         reply = self.env.event()
         if lost:
             return reply
-        out_ms = rtt_ms // 2
-        back_ms = rtt_ms - out_ms
+        if worker.outages:
+            out_ms, back_ms = worker._route(rtt_ms)
+        else:
+            out_ms = rtt_ms // 2
+            back_ms = rtt_ms - out_ms
+        raw_back_ms = rtt_ms - rtt_ms // 2
 
         def arrive(_: simpy.Event) -> None:
             if not worker.connected:
                 return
             job_id = self._take(worker, token, int(self.env.now))
             if job_id is None:
-                self.blocked.append((worker, token, reply, back_ms))
+                self.blocked.append((worker, token, reply, raw_back_ms))
             else:
                 self._reply(reply, job_id, back_ms)
 
@@ -115,14 +137,67 @@ class Server:
         return reply
 
     def serve_blocked(self) -> None:
-        """Hand newly pushed jobs to parked takers, first come first served (skipping closed connections)."""
+        """Hand newly pushed jobs to parked takers, first come first served (skipping closed connections);
+        with takes after wake-up, wake parked marker waiters instead, one per job waiting."""
         now = int(self.env.now)
         while self.blocked and self.store.peek_len(self.keys.wait) > 0:  # Redis itself: not a command
             worker, token, reply, back_ms = self.blocked.popleft()
             if not worker.connected:
                 continue
             job_id = self._take(worker, token, now)
+            if worker.outages:
+                back_ms = worker.reply_delay(now, back_ms)
             self._reply(reply, job_id, back_ms)
+        if self.marker_waiters:
+            woken = 0
+            waiting = self.store.peek_len(self.keys.wait)
+            while self.marker_waiters and woken < waiting:
+                entry = self.marker_waiters.popleft()
+                worker, reply, back_ms, done = entry
+                if done or not worker.connected:
+                    continue
+                entry[3] = True
+                woken += 1
+                self._reply(reply, True, worker.reply_delay(now, back_ms) if worker.outages else back_ms)
+
+    def send_marker_wait(self, worker: Worker, rtt_ms: int) -> simpy.Event:
+        """BZPOPMIN on the queue's marker with drainDelay as its timeout: the reply (True: woken by a job,
+        False: timed out) comes when a job is pushed, at once if one is waiting, or after drainDelay."""
+        self.requests["marker"] = self.requests.get("marker", 0) + 1
+        reply = self.env.event()
+        if worker.outages:
+            out_ms, _ = worker._route(rtt_ms)
+        else:
+            out_ms = rtt_ms // 2
+        back_ms = rtt_ms - rtt_ms // 2
+        drain_ms = self.policy.drain_delay_ms
+
+        def arrive(_: simpy.Event) -> None:
+            if not worker.connected:
+                return
+            now = int(self.env.now)
+            if self.store.peek_len(self.keys.wait) > 0:
+                self._reply(reply, True, worker.reply_delay(now, back_ms) if worker.outages else back_ms)
+                return
+            entry = [worker, reply, back_ms, False]
+            self.marker_waiters.append(entry)
+
+            def expire(_: simpy.Event) -> None:
+                if not entry[3]:
+                    entry[3] = True
+                    t = int(self.env.now)
+                    self._reply(reply, False, worker.reply_delay(t, back_ms) if worker.outages else back_ms)
+
+            self.env.timeout(drain_ms).callbacks.append(expire)
+
+        self.env.timeout(out_ms).callbacks.append(arrive)
+        return reply
+
+    def move_to_active(self, worker: Worker, token: str, now: int) -> str | None:
+        """moveToActive sent after a wake-up: the take itself (None if `wait` is empty by then)."""
+        if not worker.connected:
+            return None
+        return self._take(worker, token, now)
 
     # -- server-side steps -------------------------------------------------------------------------------
     def add_job(self, job_id: str, work: float) -> None:
@@ -137,6 +212,8 @@ class Server:
         n = self.attempt_counts.get(job_id, 0) + 1
         self.attempt_counts[job_id] = n
         attempt = Attempt(job_id, n, worker.wid, token, self.work_of[job_id], taken_at=now / 1000)
+        if self.policy.lazy_fail and self.store.hget(self.keys.job(job_id), "defa") is not None:
+            self.doomed.add(token)
         if not worker.alive_or_frozen:
             attempt.died_at = attempt.taken_at  # taken by a request sent just before its worker crashed
         if self.streaming:
@@ -144,6 +221,9 @@ class Server:
         else:
             self.attempts.append(attempt)
         self.open_attempts[job_id] = attempt
+        if self.lock_log is not None and (self.policy.renewal is not None or self.policy.fenced):
+            self.lock_log.append((now, job_id, token, None, None))
+            self._prune_lock_log(now)
         worker.on_taken(job_id, attempt)
         if self.record_locks and (self.policy.renewal is not None or self.policy.fenced):
             self._lock_event(now, job_id, token, "set")
@@ -155,6 +235,14 @@ class Server:
         The policy answers with job ids (as extendLocks does); when one worker holds the same job twice (a
         stale take and a new one), the lock's current value tells which of the two tokens failed.
         """
+        if self.lock_log is not None:
+            store, keys = self.store, self.keys
+            for job_id, token in held:
+                key = keys.lock(job_id)
+                before = store.peek(key)
+                if before == token:  # only a successful renewal writes
+                    self.lock_log.append((now, job_id, token, token, store.expire_at(key)))
+            self._prune_lock_log(now)
         failed_jobs = self.policy.renew(self.queue, held, now)
         failed = []
         if failed_jobs:
@@ -186,6 +274,53 @@ class Server:
                 del self.open_attempts[attempt.job]
             if self.record_locks and self.policy.fenced:
                 self._lock_event(now, attempt.job, attempt.token, "released")
+        if reply.was_active:
+            self.settled += 1
+            self.on_settle(attempt.job)
+        self.on_finish_applied(attempt.job)
+        return reply
+
+    def _prune_lock_log(self, now: int) -> None:
+        """Keep only the writes a failover could still lose (the longest lag back)."""
+        log = self.lock_log
+        while log and log[0][0] < now - self.lock_log_keep_ms:
+            log.popleft()
+
+    def lose_lock_writes(self, since_ms: int) -> None:
+        """A failover: the promoted replica never got the lock writes applied after `since_ms`. Undo them,
+        newest first, where the lock still holds what that write left (nothing changed it since)."""
+        log = self.lock_log
+        if not log:
+            return
+        now = int(self.env.now)
+        store, keys = self.store, self.keys
+        while log and log[-1][0] > since_ms:
+            _, job_id, token, before, before_expiry = log.pop()
+            key = keys.lock(job_id)
+            if store.peek(key) != token:
+                continue
+            restored = None
+            if before is None or before_expiry is None or before_expiry < now:
+                store.delete(key)
+            else:
+                store.set(key, before, px=max(1, before_expiry - now))
+                restored = before_expiry / 1000
+            if self.record_locks:
+                self.lock_events.append(LockEvent(now / 1000, job_id, token, "lost_in_failover", restored))
+        log.clear()
+
+    def fail(self, attempt: Attempt, now: int, reason: str) -> FinishReply:
+        """moveToFinished(failed) by the holder: token-checked; the job goes to `failed`."""
+        reply = self.queue.fail(attempt.job, attempt.token, check_token=self.policy.fenced)
+        attempt.finish_applied_at = now / 1000
+        if reply.accepted and reply.was_active:
+            attempt.failed_at = now / 1000
+            if self.open_attempts.get(attempt.job) is attempt:
+                del self.open_attempts[attempt.job]
+            if self.record_locks:
+                self._lock_event(now, attempt.job, attempt.token, "released", detail=reason)
+        else:
+            attempt.finish_result = reply.error
         if reply.was_active:
             self.settled += 1
             self.on_settle(attempt.job)
@@ -235,10 +370,10 @@ class Server:
         raise NotImplementedError
 
     # -- records -----------------------------------------------------------------------------------------
-    def _lock_event(self, now: int, job_id: str, token: str | None, kind: str) -> None:
+    def _lock_event(self, now: int, job_id: str, token: str | None, kind: str, detail: str = "") -> None:
         expires = self.store.expire_at(self.keys.lock(job_id)) if kind in ("set", "renewed") else None
         self.lock_events.append(
-            LockEvent(now / 1000, job_id, token, kind, None if expires is None else expires / 1000)
+            LockEvent(now / 1000, job_id, token, kind, None if expires is None else expires / 1000, detail)
         )
 
     def _on_evict(self, key: str, now: int, how: str) -> None:

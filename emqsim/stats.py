@@ -113,8 +113,8 @@ class SummaryBuilder:
                 first_done = done
         false = 0
         for a in attempts:
-            if a.reclaimed_at is not None or a.failed_at is not None:
-                self.reclaims += 1
+            if a.reclaimed_at is not None or (a.failed_at is not None and a.reclaimed_by is not None):
+                self.reclaims += 1  # (a job failed by its own worker, reclaimed_by None, is no reclaim)
                 self.wasted_terms.append(a.work_done)
                 if a.false_reclaim:
                     false += 1

@@ -2,6 +2,7 @@
 
     python -m emqsim.validate_bullmq crash --victims 24 --rounds 3
     python -m emqsim.validate_bullmq freeze --lengths 1.2,1.4,1.6,1.8,2.0,2.2 --per-length 12
+    python -m emqsim.validate_bullmq block --lengths 1.2,1.4,1.6,1.8,2.0,2.2 --per-length 12
     python -m emqsim.validate_bullmq all --json validation.json    (what docs/bullmq-validation.md reports)
 
 A round starts `victims` queues on one private redis-server (unix socket, no persistence). Each queue gets one
@@ -12,7 +13,8 @@ freeze rounds, whose outcome does not depend on who sweeps when). The queues are
 measurements are too. Every Worker is created at a
 random offset in [0, stalledInterval), so its lock-manager and stalled-check timers have arbitrary phases; the
 jobs are added once all have run their first sweep. `after` seconds into its job, the victim gets its fault:
-SIGKILL (a crash), or SIGSTOP for `freeze` seconds and then SIGCONT. A crash's detection latency is the Redis
+SIGKILL (a crash), or SIGSTOP for `freeze` seconds and then SIGCONT, or (a block) a synchronous busy loop of
+that many seconds in the victim's process, which blocks its event loop as a CPU-bound job does. A crash's detection latency is the Redis
 time of the job's `stalled` event (`observer.mjs` reads the queue's event stream) minus the time the SIGKILL
 was sent; a freeze "loses" its job if a `stalled` event comes for it. All clocks are the machine's one wall
 clock (`time.time()`, `Date.now()`, Redis stream ids).
@@ -58,7 +60,7 @@ from scipy import stats as st
 from emqsim.analytic import freeze_lapse_probability, lease_detection, renewal_period
 from emqsim.distributions import Fixed, Uniform
 from emqsim.engine import simulate
-from emqsim.faults import Crash, Freeze, Network
+from emqsim.faults import Block, Crash, Freeze, Network
 from emqsim.live.server import PrivateRedis, redis_server_path
 from emqsim.policies import LeasePolicy, ReclaimPolicy, RenewalRule
 from emqsim.presets import preset
@@ -137,11 +139,13 @@ class Settings:
 
 @dataclass(frozen=True)
 class JobPlan:
-    """Job i's fault: `after` s into the job, SIGKILL (`freeze` None) or SIGSTOP for `freeze` s."""
+    """Job i's fault: `after` s into the job, SIGKILL (`freeze` None) or SIGSTOP for `freeze` s, or with
+    `block` a busy loop of `freeze` s blocking the victim's event loop."""
 
     i: int
     after: float
     freeze: float | None = None
+    block: bool = False
 
 
 def plan_crashes(n: int, after: tuple[float, float], rng: np.random.Generator) -> list[JobPlan]:
@@ -149,12 +153,16 @@ def plan_crashes(n: int, after: tuple[float, float], rng: np.random.Generator) -
 
 
 def plan_freezes(
-    lengths: Sequence[float], per_length: int, after: tuple[float, float], rng: np.random.Generator
+    lengths: Sequence[float],
+    per_length: int,
+    after: tuple[float, float],
+    rng: np.random.Generator,
+    block: bool = False,
 ) -> list[JobPlan]:
-    """`per_length` freezes of each length, shuffled (so every round mixes lengths)."""
+    """`per_length` freezes (or blocks) of each length, shuffled (so every round mixes lengths)."""
     freezes = [f for f in lengths for _ in range(per_length)]
     rng.shuffle(freezes)
-    return [JobPlan(i, float(rng.uniform(*after)), float(f)) for i, f in enumerate(freezes)]
+    return [JobPlan(i, float(rng.uniform(*after)), float(f), block) for i, f in enumerate(freezes)]
 
 
 # -- real processes --------------------------------------------------------------------------------------------
@@ -280,6 +288,7 @@ class JobRecord:
     sweeps: list[float] = field(default_factory=list)  # the queue's sweeps that ran (their send times)
     # every stalled check a Worker of this queue started, run or rate-limited: (who, sent, replied)
     attempts: list[tuple[str, float, float]] = field(default_factory=list)
+    block: bool = False  # the fault is a busy loop (fault_at, resumed_at: its start and end), not SIGSTOP
 
     @property
     def latency(self) -> float | None:
@@ -377,7 +386,9 @@ class Round:
         self.rng = rng
         self.job_seconds = job_seconds
         self.shared = shared
-        self.records = {f"{name}-{p.i}": JobRecord(p.i, f"{name}-{p.i}", p.after, p.freeze) for p in plans}
+        self.records = {
+            f"{name}-{p.i}": JobRecord(p.i, f"{name}-{p.i}", p.after, p.freeze, block=p.block) for p in plans
+        }
         self.changed = threading.Condition()
         self.loaded: set[str] = set()
         self.started: set[tuple[str, str]] = set()  # (process, queue)
@@ -400,9 +411,14 @@ class Round:
                 self.errors.append(f"{proc.name}: {msg.get('error')}")  # (a lapsed lock: see renew_failed)
             elif rec is None:
                 pass
+            elif ev == "busy_start" and rec.block:
+                rec.fault_at = t
+            elif ev == "busy_end" and rec.block:
+                rec.resumed_at = t
             elif ev == "start" and rec.started is None:
                 rec.victim_pid, rec.started = proc.pid, t
-                self.timeline.at(t + rec.after, lambda: self._fault(proc, rec))
+                if not rec.block:  # a CPU-bound job blocks its own loop (its data says when and how long)
+                    self.timeline.at(t + rec.after, lambda: self._fault(proc, rec))
             elif ev == "renewed":
                 rec.renewals.append(t)
             elif ev == "renew_failed":
@@ -435,6 +451,14 @@ class Round:
                 self.changed.notify_all()
 
         self.timeline.at(t + rec.freeze, resume)
+
+    @staticmethod
+    def _job(rec: JobRecord, ms: int) -> dict[str, Any]:
+        """The job to add for a queue; a blocking one busy-loops `freeze` s, `after` s into itself."""
+        job: dict[str, Any] = {"queue": rec.queue, "i": rec.i, "ms": ms}
+        if rec.block:
+            job.update(busyAfter=int(round(rec.after * 1000)), busyMs=int(round((rec.freeze or 0.0) * 1000)))
+        return job
 
     def _wait(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
@@ -496,7 +520,7 @@ class Round:
             self._wait(lambda: len(self.started) == workers, 30 + s.scan, "the Workers to start")
             time.sleep(max(0.0, go + s.scan + 0.2 - time.time()))  # every Worker has run its first sweep
             ms = int(self.job_seconds * 1000)
-            observer.send({"add": [{"queue": r.queue, "i": r.i, "ms": ms} for r in self.records.values()]})
+            observer.send({"add": [self._job(r, ms) for r in self.records.values()]})
             longest = max(r.after + (r.freeze or 0.0) for r in self.records.values())
             self._wait(self._done, 30 + longest + s.window, "the faults and their detection")
             for exc in self.timeline.errors:
@@ -600,14 +624,16 @@ def queue_scenario(
     after: tuple[float, float],
     freeze: float | None = None,
     rtt: float = SIM_RTT,
+    block: bool = False,
 ) -> Scenario:
     """One real queue in emqsim: 1 + survivors workers, one job whose worker crashes (or freezes for `freeze`
-    s) `after` into it; random timer phases."""
-    fault = (
-        Crash(job=0, after=Uniform(*after))
-        if freeze is None
-        else Freeze(job=0, after=Uniform(*after), duration=freeze)
-    )
+    s, or with `block` has its event loop blocked that long) `after` into it; random timer phases."""
+    if freeze is None:
+        fault: Crash | Freeze | Block = Crash(job=0, after=Uniform(*after))
+    elif block:
+        fault = Block(job=0, after=Uniform(*after), duration=freeze)
+    else:
+        fault = Freeze(job=0, after=Uniform(*after), duration=freeze)
     return Scenario(
         name="bullmq-crash" if freeze is None else "bullmq-freeze",
         workers=1 + survivors,
@@ -658,9 +684,10 @@ def simulate_freezes(
     samples: int = 1000,
     seed: int = 0,
     rtt: float = SIM_RTT,
+    block: bool = False,
 ) -> tuple[int, int]:
-    """(lost, samples): replications whose frozen worker's job was reclaimed (a false reclaim)."""
-    scenario = queue_scenario(settings, survivors, after, freeze, rtt)
+    """(lost, samples): replications whose frozen (or blocked) worker's job was reclaimed (a false reclaim)."""
+    scenario = queue_scenario(settings, survivors, after, freeze, rtt, block=block)
     policy = policy_for(model, settings)
     lost = 0
     for rep in range(samples):
@@ -839,6 +866,7 @@ def freeze_report(
     """Real freezes against emqsim under each model, per freeze length."""
     settings, survivors = results[0].settings, results[0].survivors
     jobs = [j for r in results for j in r.jobs if j.freeze is not None and j.frozen_for is not None]
+    block = any(j.block for j in jobs)
     rows = []
     for f in sorted({j.freeze for j in jobs if j.freeze is not None}):
         mine = [j for j in jobs if j.freeze == f]
@@ -856,13 +884,14 @@ def freeze_report(
         }
         for model in models:
             sim_lost, sim_n = simulate_freezes(
-                settings, survivors, after, f, model=model, samples=samples, seed=seed
+                settings, survivors, after, f, model=model, samples=samples, seed=seed, block=block
             )
             cmp = compare_freeze(lost, len(mine), sim_lost, sim_n)
             cmp["analytic"] = analytic_freeze(settings, f, model)
             row["models"][model] = cmp
         rows.append(row)
     return {
+        "kind": "block" if block else "freeze",
         "settings": asdict(settings),
         "survivors": survivors,
         "after": list(after),
@@ -921,9 +950,11 @@ def freeze_experiment(
     models: Sequence[str] = MODELS,
     name: str = "freeze",
     shared: bool = True,
+    block: bool = False,
 ) -> dict[str, Any]:
-    """`per_length` real freezes of each length, `victims` at a time, then the comparison."""
-    plans = plan_freezes(lengths, per_length, after, np.random.default_rng([seed, 2]))
+    """`per_length` real freezes (or event-loop blocks) of each length, `victims` at a time, then the
+    comparison."""
+    plans = plan_freezes(lengths, per_length, after, np.random.default_rng([seed, 2]), block=block)
     results = []
     for k, start in enumerate(range(0, len(plans), victims)):
         chunk = plans[start : start + victims]
@@ -976,9 +1007,10 @@ def print_crash(report: dict[str, Any]) -> None:
 
 def print_freeze(report: dict[str, Any]) -> None:
     s = report["settings"]
+    kind = report.get("kind", "freeze")
     print(
-        f"freeze: lockDuration {s['lock_ms']} ms, stalledInterval {s['stalled_ms']} ms, {report['freezes']} "
-        f"freezes; lapse seen by both the sweep and the resumed worker's renewal in "
+        f"{kind}: lockDuration {s['lock_ms']} ms, stalledInterval {s['stalled_ms']} ms, {report['freezes']} "
+        f"{kind}s; lapse seen by both the sweep and the resumed worker's renewal in "
         f"{report['lapse_evidence_agrees']} of {report['freezes']}"
     )
     rule = report["lapse_rule"]
@@ -1004,7 +1036,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m emqsim.validate_bullmq", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("what", choices=("crash", "freeze", "all"), help="all: crash, crash at 1.5x, freeze")
+    parser.add_argument(
+        "what", choices=("crash", "freeze", "block", "all"), help="all: crash, crash at 1.5x, freeze, block"
+    )
     parser.add_argument("--lock", type=int, default=2000, help="lockDuration, ms (default 2000)")
     parser.add_argument("--stalled", type=int, default=2000, help="stalledInterval, ms (default 2000)")
     parser.add_argument("--victims", type=int, default=24, help="queues (one fault each) per round")
@@ -1043,6 +1077,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 victims=args.victims, survivors=args.survivors, samples=max(200, args.samples // 2),
             )  # fmt: skip
             print_freeze(report["freeze"])
+        if args.what in ("block", "all"):
+            report["block"] = freeze_experiment(
+                sock, workdir, settings, args.lengths, per_length=args.per_length, seed=args.seed + 300,
+                victims=args.victims, survivors=args.survivors, samples=max(200, args.samples // 2),
+                name="block", block=True,
+            )  # fmt: skip
+            print_freeze(report["block"])
     report["wall_seconds"] = time.time() - t0
     print(f"total {report['wall_seconds']:.1f} s")
     if args.json:

@@ -1,8 +1,12 @@
 """Simulated workers: a fetch loop per concurrency slot, one lock-manager timer, a sweep timer, and faults.
 
 States: alive, frozen (stop-the-world: nothing advances, timers that came due fire on resume, work resumes
-where it stopped), dead (never acts again; its connection is closed). Requests already on the wire when a
-worker freezes or dies still reach Redis: the network does not know the sender stopped.
+where it stopped), blocked (a blocked event loop: the jobs' work advances, but no timer fires and no reply is
+read until the loop frees), dead (never acts again; its connection is closed). Requests already on the wire
+when a worker freezes or dies still reach Redis: the network does not know the sender stopped.
+
+A client's connection can be down (`Outage`): its requests wait and are resent when it reconnects (ioredis's
+offline queue), so a round trip that meets an outage ends after the reconnect (`Client._route`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from emqsim.units import to_ms
 if TYPE_CHECKING:
     from emqsim.engine import Simulation
 
-ALIVE, FROZEN, DEAD = "alive", "frozen", "dead"
+ALIVE, FROZEN, BLOCKED, DEAD = "alive", "frozen", "blocked", "dead"
 RTT_BLOCK = 256  # round trips drawn at once (a fixed block size keeps the draws reproducible)
 Proc = Generator[simpy.Event, Any, Any]
 
@@ -45,6 +49,8 @@ class Client:
         self._loss = network.loss
         self._loss_all = network.loss_on == "all"
         self._timeout_ms = to_ms(network.command_timeout)
+        # Connection outages, in time order: (disconnected at, network back at, reconnected at), in ms.
+        self.outages: list[tuple[int, int, int]] = []
 
     @property
     def connected(self) -> bool:
@@ -69,18 +75,57 @@ class Client:
         return bool(self.loss_rng.random() < self._loss)
 
     def settle(self) -> Proc:
-        """Wait out a freeze; True if the client may go on, False if it died. (Callers skip it while the
-        state is ALIVE: the hot loops then create no generator.)"""
-        while self.state == FROZEN:
-            assert self.resume_event is not None  # set by freeze()
+        """Wait out a freeze or a blocked loop; True if the client may go on, False if it died. (Callers skip
+        it while the state is ALIVE: the hot loops then create no generator.)"""
+        while self.state == FROZEN or self.state == BLOCKED:
+            assert self.resume_event is not None  # set by freeze() and block()
             yield self.resume_event
         return self.state != DEAD
 
-    def request(self, kind: str, op: Callable[..., Any], retry: bool = True) -> Proc:
+    # -- connection outages ------------------------------------------------------------------------------
+    def disconnected_at(self, now: int) -> bool:
+        """Whether the client's connection is down at `now` (between a disconnect and the reconnect)."""
+        return any(start <= now < back for start, _, back in self.outages)
+
+    def _route(self, rtt_ms: int) -> tuple[int, int]:
+        """(ms until the request reaches Redis, ms from then until the reply is read), sent now, given the
+        outages: a request sent while disconnected waits in the offline queue until the reconnect; one the
+        connection drops on the way is resent at the reconnect; a reply the connection drops on the way is
+        read one round trip after the reconnect (the resent command's reply; the command runs once here)."""
+        now = int(self.env.now)
+        outages = self.outages
+        while outages and outages[0][2] <= now:
+            outages.pop(0)
+        out_ms = rtt_ms // 2
+        back_ms = rtt_ms - out_ms
+        sent = now
+        for start, _, back in outages:
+            if start <= sent < back or sent < start <= sent + out_ms:
+                sent = back  # queued (or dropped on the way) until the reconnect, then resent
+        arrive = sent + out_ms
+        read = arrive + back_ms
+        for start, _, back in outages:
+            if arrive < start <= read or (start <= arrive < back):
+                read = max(read, back + rtt_ms)
+        return arrive - now, read - arrive
+
+    def reply_delay(self, now: int, back_ms: int) -> int:
+        """ms until a reply Redis sends at `now` is read (a parked take's reply; see `_route`)."""
+        read = now + back_ms
+        for start, _, back in self.outages:
+            if now < start <= read or start <= now < back:
+                read = max(read, back + 2 * back_ms)
+        return read - now
+
+    def request(self, kind: str, op: Callable[[int], Any], retry: bool = True) -> Proc:
         """One round trip; returns the reply, or LOST (renewals are not retried), or None if the client died."""
         while True:
             lost = self._lost(kind)
-            reply = self.sim.server.send(self, kind, op, self._rtt_ms(), lost)
+            if self.outages and not lost:
+                out_ms, back_ms = self._route(self._rtt_ms())
+                reply = self.sim.server.send_split(kind, op, out_ms, back_ms)
+            else:
+                reply = self.sim.server.send(self, kind, op, self._rtt_ms(), lost)
             if lost:
                 yield self.env.timeout(self._timeout_ms)
             else:
@@ -107,7 +152,15 @@ class Client:
         while True:
             if self.state is not ALIVE and not (yield from self.settle()):
                 return
-            if reliable:
+            if reliable and self.outages:
+                out_ms, back_ms = self._route(self._rtt_ms())
+                if server.sweep_refused(int(self.env.now) + out_ms):
+                    yield self.env.timeout(out_ms + back_ms)
+                else:
+                    yield server.send_split("sweep", sweep, out_ms, back_ms)
+                if self.state is not ALIVE and not (yield from self.settle()):
+                    return
+            elif reliable:
                 rtt_ms = self._rtt_ms()
                 if server.sweep_refused(int(self.env.now) + rtt_ms // 2):
                     yield self.env.timeout(rtt_ms)
@@ -127,7 +180,8 @@ class Client:
 
 
 class Reaper(Client):
-    """A dedicated sweeper process that never fails (the usual home of the timeout reaper)."""
+    """A dedicated sweeper process that never fails and never loses its connection (the usual home of the
+    timeout reaper)."""
 
     wid = -1
     resume_event = None
@@ -166,11 +220,40 @@ class Worker(Client):
         self.started_ms: dict[str, tuple[int, int]] = {}  # token -> (start time, frozen_total at start)
         self.takes = 0
         self.restart_after_ms: int | None = None
+        self.slot_procs: dict[str, simpy.Process] | None = None  # token -> its slot, where a child can crash
 
     # -- state changes -----------------------------------------------------------------------------------
     def _event(self, kind: str, detail: str = "") -> None:
         if self.sim.keep_records:
             self.sim.worker_events.append(WorkerEvent(self.env.now / 1000, self.wid, kind, detail))
+
+    def state_at(self, now: int) -> str:
+        """The state a record reports: alive, frozen, blocked or dead, or disconnected (alive, connection down)."""
+        if self.state is ALIVE and self.outages and self.disconnected_at(now):
+            return "disconnected"
+        return self.state
+
+    def block(self, duration_ms: int) -> Proc:
+        """The event loop is blocked for `duration_ms`: the jobs' work advances (it is not frozen time), but
+        no timer fires and no reply is read until it frees."""
+        if self.state != ALIVE:
+            return
+        self.state = BLOCKED
+        self.resume_event = self.env.event()
+        self._event("block", f"{duration_ms / 1000:g} s")
+        yield self.env.timeout(duration_ms)
+        if self.state != BLOCKED:
+            return
+        self.state = ALIVE
+        self._event("unblock")
+        self.resume_event.succeed()
+
+    def child_crash(self, token: str) -> None:
+        """A sandboxed processor's child running `token`'s job exits: its slot fails the job at once."""
+        proc = self.slot_procs.get(token) if self.slot_procs is not None else None
+        if self.state != DEAD and proc is not None and proc.is_alive:
+            self._event("child_crash", f"job {self.running[token].job}")
+            proc.interrupt("child exited")
 
     def freeze(self, duration_ms: int) -> Proc:
         if self.state != ALIVE:
@@ -233,43 +316,122 @@ class Worker(Client):
         """Fetch a job, work on it, finish it; forever."""
         server = self.sim.server
         policy = self.sim.policy
+        after_wakeup = policy.take_after_wakeup
+        by_job = policy.renewal is not None and policy.renewal.track_by == "job"
         while True:
             if self.state is not ALIVE and not (yield from self.settle()):
                 return
-            self.takes += 1
-            token = f"{self.wid}:{self.takes}"
-            lost = self._lost("take")
-            reply = server.send_take(self, token, self._rtt_ms(), lost)
-            if lost:
-                yield self.env.timeout(self._timeout_ms)
-                continue
-            job_id = yield reply
-            if self.state is not ALIVE and not (yield from self.settle()):
-                return
+            if after_wakeup:
+                token = yield from self._take_after_wakeup()
+                if token is None:
+                    return
+                job_id = self.running[token].job
+            else:
+                self.takes += 1
+                token = f"{self.wid}:{self.takes}"
+                lost = self._lost("take")
+                reply = server.send_take(self, token, self._rtt_ms(), lost)
+                if lost:
+                    yield self.env.timeout(self._timeout_ms)
+                    continue
+                job_id = yield reply
+                if self.state is not ALIVE and not (yield from self.settle()):
+                    return
             attempt = self.running[token]
             now = int(self.env.now)
+            if server.doomed and token in server.doomed:
+                # maxStalledCount exceeded: the sweep marked it (`defa`); the taker fails it at once, without
+                # calling the processor (the attempt never starts).
+                server.doomed.discard(token)
+                if not (yield from self._fail(attempt, token, "job stalled more than allowable limit")):
+                    return
+                continue
             attempt.started_at = now / 1000
+            if by_job:  # BullMQ's LockManager map is keyed by job id: a re-take replaces the stale entry
+                for other in [t for t, h in self.held.items() if h.job == job_id]:
+                    del self.held[other]
             self.held[token] = Held(job_id, now, attempt)
             self.started_ms[token] = (now, self.frozen_total())
             if policy.renewal is not None and policy.renewal.per_job:
                 self.env.process(self.job_renewer(token))
+            if self.slot_procs is not None:
+                self.slot_procs[token] = self.env.active_process
             self.sim.job_started(self, attempt)
-            # Work: progress stops while frozen.
+            # Work: progress stops while frozen (not while the loop is blocked: the job is what blocks it).
             remaining = to_ms(attempt.work)
-            while remaining > 0:
-                t0, f0 = int(self.env.now), self.frozen_total()
-                yield self.env.timeout(remaining)
+            try:
+                while remaining > 0:
+                    t0, f0 = int(self.env.now), self.frozen_total()
+                    yield self.env.timeout(remaining)
+                    if self.state is not ALIVE and not (yield from self.settle()):
+                        return
+                    remaining -= (int(self.env.now) - t0) - (self.frozen_total() - f0)
+            except simpy.Interrupt:  # a sandboxed processor's child exited: fail the job at once
+                self.slot_procs.pop(token, None)
                 if self.state is not ALIVE and not (yield from self.settle()):
                     return
-                remaining -= (int(self.env.now) - t0) - (self.frozen_total() - f0)
+                if not (yield from self._fail(attempt, token, "Unexpected exit code")):
+                    return
+                continue
+            if self.slot_procs is not None:
+                self.slot_procs.pop(token, None)
             attempt.finished_at = self.env.now / 1000
             reply = yield from self.request("finish", lambda now, a=attempt: server.finish(a, now))
             if reply is None:
                 return
-            self.held.pop(token, None)
+            self._untrack(token, attempt.job, by_job)
             self.running.pop(token, None)
             self.started_ms.pop(token, None)
             self.sim.attempts_stopped(1)
+
+    def _untrack(self, token: str, job_id: str, by_job: bool) -> None:
+        """Stop renewing a finished job: its own entry, or (BullMQ's `untrackJob(job.id)`) every entry of its
+        job id, a fresh copy's too."""
+        self.held.pop(token, None)
+        if by_job:
+            for other in [t for t, h in self.held.items() if h.job == job_id]:
+                del self.held[other]
+
+    def _fail(self, attempt: Attempt, token: str, reason: str) -> Proc:
+        """moveToFinished(failed) for a job this worker holds; False if the worker died meanwhile."""
+        server = self.sim.server
+        start = self.started_ms.get(token)
+        if start is not None:  # a sandboxed child ran it until it exited: its execution ends here
+            ran = int(self.env.now) - start[0] - (self.frozen_total() - start[1])
+            attempt.work_done = min(attempt.work, max(0, ran) / 1000)
+            attempt.stopped_at = self.env.now / 1000
+        reply = yield from self.request("finish", lambda now, a=attempt: server.fail(a, now, reason))
+        if reply is None:
+            return False
+        renewal = self.sim.policy.renewal
+        self._untrack(token, attempt.job, renewal is not None and renewal.track_by == "job")
+        self.running.pop(token, None)
+        self.started_ms.pop(token, None)
+        self.sim.attempts_stopped(1)
+        return True
+
+    def _take_after_wakeup(self) -> Proc:
+        """BullMQ's fetch: block on the queue's marker (BZPOPMIN, up to drainDelay), and only once the client
+        has read the wake-up run moveToActive. A frozen or blocked worker reads no wake-up, so it is never
+        handed a lock. Returns the token of the take that got a job, or None if the worker died."""
+        server = self.sim.server
+        while True:
+            lost = self._lost("take")
+            rtt_ms = self._rtt_ms()
+            if lost:
+                server.requests["marker"] = server.requests.get("marker", 0) + 1
+                yield self.env.timeout(self._timeout_ms)
+            else:
+                yield server.send_marker_wait(self, rtt_ms)
+            if self.state is not ALIVE and not (yield from self.settle()):
+                return None
+            self.takes += 1
+            token = f"{self.wid}:{self.takes}"
+            got = yield from self.request("take", lambda now, t=token: server.move_to_active(self, t, now))
+            if got is None and self.state == DEAD:
+                return None
+            if got is not None and got is not LOST:
+                return token
 
     def lock_manager(self, first_ms: int) -> Proc:
         """ONE timer renews every due lease of this worker in ONE batched round trip."""

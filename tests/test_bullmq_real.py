@@ -30,6 +30,7 @@ CRASH = vb.Settings(lock_ms=2000, stalled_ms=3000)
 FREEZE = vb.Settings(lock_ms=2000, stalled_ms=2000)
 CRASHES = 16
 FREEZES = {1.4: 24, 2.4: 4}
+BLOCKS = {1.4: 20, 2.4: 4}  # busy loops in the processor (event-loop blocking), same thresholds as freezes
 SAMPLES = 1500  # emqsim replications per latency comparison
 SKIP_RATE = 0.01  # the highest rate of skipped LockManager ticks measured before a fault
 
@@ -67,7 +68,18 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             ],
             seed=2024,
         )
+        # CPU-bound jobs after the others: their busy loops would steal the cores the other rounds time on
+        blocks = [
+            vb.JobPlan(i, float(rng.uniform(*vb.FREEZE_AFTER)), f, block=True)
+            for i, f in enumerate(f for f, n in BLOCKS.items() for _ in range(n))
+        ]
+        (block_round,) = vb.run_rounds(
+            sock, workdir, [vb.RoundSpec("block", FREEZE, blocks, survivors=2, shared=True)], seed=2025
+        )
     return {
+        "block": vb.freeze_report(
+            [block_round], vb.FREEZE_AFTER, samples=400, models=("bullmq", "renew-every-lockRenewTime")
+        ),
         "crash": vb.crash_report(
             [crash_round], vb.CRASH_AFTER, samples=SAMPLES, models=("bullmq", "single-phase")
         ),
@@ -150,8 +162,31 @@ def test_freeze_threshold_rejects_renewing_every_lock_renew_time(session: dict[s
     assert not session["freeze"]["agrees"]["renew-every-lockRenewTime"], session["freeze"]["rows"]
 
 
+@real
+def test_event_loop_blocking_is_stalled_iff_it_outlasts_the_lock_as_the_preset_says(
+    session: dict[str, Any],
+) -> None:
+    """A busy loop of X ms in a real BullMQ processor: below L - B (1.5 s) the job keeps its lock, above L
+    (2 s) it is always moved back as stalled although its worker is alive and working; emqsim's bullmq preset
+    (Block faults) and emqsim.analytic.block_lapse_probability predict the same fractions."""
+    block = session["block"]
+    vb.print_freeze(block)
+    assert block["kind"] == "block" and not block["errors"]
+    assert block["agrees"]["bullmq"], block["rows"]
+    rows = {row["freeze"]: row for row in block["rows"]}
+    assert rows[1.4]["lost"] <= 3
+    assert rows[2.4]["lost"] == rows[2.4]["n"] == BLOCKS[2.4]
+    assert block["lapse_evidence_agrees"] == block["freezes"] == sum(BLOCKS.values())
+    for f, row in rows.items():
+        assert row["models"]["bullmq"]["analytic"] == (0.0 if f < 1.5 else 1.0)
+    assert not block["agrees"]["renew-every-lockRenewTime"], block["rows"]
+
+
 def test_harness_simulation_side_without_node() -> None:
     """The emqsim half of the harness, quickly: the module imports and runs without node or redis."""
+    blocked_low, n = vb.simulate_freezes(FREEZE, 2, vb.FREEZE_AFTER, 1.4, samples=40, block=True)
+    blocked_high, _ = vb.simulate_freezes(FREEZE, 2, vb.FREEZE_AFTER, 2.4, samples=40, block=True)
+    assert (blocked_low, blocked_high) == (0, n)
     lost_low, n = vb.simulate_freezes(FREEZE, 2, vb.FREEZE_AFTER, 1.4, samples=40)
     lost_high, _ = vb.simulate_freezes(FREEZE, 2, vb.FREEZE_AFTER, 2.4, samples=40)
     assert (lost_low, lost_high) == (0, n)

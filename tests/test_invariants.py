@@ -6,10 +6,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from emqsim import (
+    Block,
+    ChildCrash,
     Crash,
     Fixed,
     LeasePolicy,
     Network,
+    Outage,
     RandomFaults,
     Scenario,
     Simulation,
@@ -29,7 +32,20 @@ def scenarios(draw, freezes=True, loss=True):
     faults = tuple(
         Crash(job=j, after=draw(st.floats(0, 30)), restart_after=draw(st.sampled_from([None, 10.0])))
         for j in draw(st.sets(st.integers(0, jobs - 1), max_size=3))
+    ) + tuple(
+        ChildCrash(job=j, after=draw(st.floats(0, 30)))
+        for j in draw(st.sets(st.integers(0, jobs - 1), max_size=2))
     )
+    if freezes:  # blocked loops and connection outages stall renewals as freezes do
+        faults += tuple(
+            Block(job=j, after=draw(st.floats(0, 30)), duration=draw(st.floats(0.1, 60)))
+            for j in draw(st.sets(st.integers(0, jobs - 1), max_size=2))
+        )
+        if draw(st.booleans()):
+            lag = draw(st.sampled_from([0.0, 0.5, 5.0]))  # a failover to a lagging replica, or not
+            faults += (
+                Outage(at=draw(st.floats(0, 300)), duration=draw(st.floats(0.1, 60)), lost_writes=lag),
+            )
     return Scenario(
         workers=workers,
         concurrency=draw(st.integers(1, 3)),
@@ -42,6 +58,10 @@ def scenarios(draw, freezes=True, loss=True):
             restart_after=5.0,
             freeze_rate=freeze_rate,
             freeze_duration=Uniform(0.1, 40),
+            block_rate=draw(st.sampled_from([0.0, 20.0])) if freezes else 0.0,
+            block_duration=Uniform(0.1, 40),
+            outage_rate=draw(st.sampled_from([0.0, 10.0])) if freezes else 0.0,
+            outage_duration=Uniform(0.1, 40),
         ),
         network=Network(rtt=Uniform(0.001, 0.01), loss=draw(st.sampled_from([0.0, 0.2])) if loss else 0.0),
         horizon=1500.0,
@@ -49,12 +69,17 @@ def scenarios(draw, freezes=True, loss=True):
 
 
 leases = st.builds(
-    lambda lease, ratio, scan, two, by: LeasePolicy(lease, lease / ratio, scan, two_phase=two, swept_by=by),
+    lambda lease, ratio, scan, two, by, take, track_by, lazy: LeasePolicy(
+        lease, lease / ratio, scan, two_phase=two, swept_by=by, take=take, track_by=track_by, lazy_fail=lazy
+    ),
     st.sampled_from([5.0, 15.0, 30.0]),
     st.sampled_from([2.5, 3.0, 5.0]),
     st.sampled_from([1.0, 5.0, 20.0]),
     st.booleans(),
     st.sampled_from(["workers", "reaper"]),
+    st.sampled_from(["atomic", "after-wakeup"]),
+    st.sampled_from(["token", "job"]),
+    st.booleans(),
 )
 timeouts = st.builds(
     lambda t, scan, fenced: TimeoutPolicy(t, scan, fenced=fenced),

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from emqsim import Crash, Fixed, Freeze, LeasePolicy, Scenario, TimeoutPolicy, standard
+from emqsim import Crash, Fixed, Freeze, LeasePolicy, Scenario, TimeoutPolicy, simulate, standard
 from emqsim.errors import ConfigError
 from emqsim.live import LiveRun, PrivateRedis, add_live_arguments, main_live, redis_server_path, run_live
 from emqsim.live.server import INSTALL_HINT
@@ -119,6 +119,34 @@ def test_frozen_worker_loses_its_job_and_its_late_finish_is_rejected(need_redis)
     assert summary.finishes_rejected == 1
     # Its work resumed where it stopped: the frozen 70 s do not count as work.
     assert first.finished_at - first.started_at >= 80 + 70 - MARGIN
+
+
+@pytest.mark.redis
+def test_blocked_event_loop_loses_a_working_workers_job_as_the_simulator_says(need_redis):
+    # A busy loop holds the worker's event loop 5 s into an 80 s job, for 70 s: no renewal leaves, the lease
+    # lapses and the job is reclaimed while its worker is blocked; unlike a freeze the work goes on.
+    scenario = standard("blocked-loop", block_after=5, block_for=70, duration=80)
+    run = run_live(scenario, lease_policy(), time_scale=SCALE)
+    sim = simulate(scenario, lease_policy(), seed=0)
+    for r in (run, sim):
+        first, second = r.attempts[:2]
+        assert first.worker_state_at_reclaim == "blocked" and first.outcome == "finish_rejected"
+        assert second.outcome == "completed"
+        assert (first.worker, "block") in [(e.worker, e.kind) for e in r.worker_events]
+        summary = summarize(r)
+        assert summary.false_reclaims == 1 and summary.duplicate_executions == 1
+        # the blocked 70 s counted as work: the job ended about 80 s after it began, not 150
+        assert 80 - MARGIN <= first.finished_at - first.started_at <= 80 + MARGIN
+
+
+def test_live_mode_refuses_what_it_cannot_reproduce():
+    from emqsim.faults import Outage
+
+    scenario = Scenario(workers=2, jobs=1, duration=Fixed(10), faults=(Outage(at=1, duration=5),))
+    with pytest.raises(ConfigError, match="sim-only"):
+        LiveRun(scenario, lease_policy(), time_scale=SCALE)
+    with pytest.raises(ConfigError, match="lazy_fail"):
+        LiveRun(standard("fast-dead"), LeasePolicy(LEASE, BEAT, SCAN, lazy_fail=True), time_scale=SCALE)
 
 
 # -- plumbing -------------------------------------------------------------------------------------------------

@@ -55,3 +55,15 @@ def test_bad_preset_names_and_settings():
     with pytest.raises(ConfigError, match="has no setting beat"):
         preset("bullmq", beat=5)
     assert preset("echomq").name == "echomq"
+
+
+def test_echomq_code_renews_on_bullmqs_rule_and_never_recovers_a_dead_workers_job():
+    from emqsim import standard
+    from emqsim.engine import simulate
+
+    policy = preset("echomq-code")
+    assert policy.renewal.tick_ms == 7500 and policy.renewal.track_by == "job" and policy.renewal.strict
+    dead = simulate(standard("fast-dead"), policy, seed=0)
+    assert dead.ended_by == "horizon" and dead.attempts[0].outcome == "held"
+    alive = simulate(standard("slow-alive"), policy, seed=0)
+    assert [a.outcome for a in alive.attempts] == ["completed"]

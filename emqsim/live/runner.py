@@ -40,7 +40,7 @@ import redis
 
 from emqsim.engine import _mark_duplicates, _outcome
 from emqsim.errors import ConfigError
-from emqsim.faults import Crash, Freeze, as_distribution
+from emqsim.faults import Block, ChildCrash, Crash, Freeze, Outage, as_distribution
 from emqsim.keys import QueueKeys
 from emqsim.live.lua import key_names
 from emqsim.live.scripts import LuaQueue
@@ -119,7 +119,10 @@ class LiveSettings:
                 "strict": rule.strict,
                 "after_reply": rule.after_reply,
                 "recreate_missing": rule.recreate_missing,
+                "track_by": rule.track_by,
             }
+            if policy.lazy_fail:
+                raise ConfigError("live mode fails jobs past max_stalled at the sweep; lazy_fail is sim-only")
             return cls(
                 kind="lease",
                 lock_ms=lease,
@@ -242,7 +245,13 @@ class LiveRun:
         else:
             gaps = stream(seed, replication, "arrivals").exponential(1 / rate, scenario.jobs)
             self.arrival_s = [ms / 1000 for ms in itertools.accumulate(to_ms(float(g)) for g in gaps)]
-        self.job_faults: dict[int, list[Crash | Freeze]] = {}
+        sim_only = [f for f in scenario.faults if isinstance(f, Outage | ChildCrash)]
+        if sim_only or (scenario.random_faults is not None and scenario.random_faults.outage_rate > 0):
+            raise ConfigError(
+                "live mode reproduces crashes, freezes and blocked event loops; connection outages and "
+                "sandboxed children's crashes are sim-only: drop them from the scenario"
+            )
+        self.job_faults: dict[int, list[Crash | Freeze | Block]] = {}
         for fault in scenario.faults:
             if fault.job is not None:
                 self.job_faults.setdefault(fault.job, []).append(fault)
@@ -476,12 +485,34 @@ class LiveRun:
             after = to_ms(float(as_distribution(fault.after, "after").sample(rng, 1)[0])) / 1000
             self.at(started + after * self.scale, lambda f=fault, r=rng, w=proc.wid: self.apply(w, f, r))
 
-    def apply(self, wid: int, fault: Crash | Freeze, rng: Any) -> None:
+    def apply(self, wid: int, fault: Crash | Freeze | Block, rng: Any) -> None:
         if isinstance(fault, Crash):
             self.crash(wid, fault.restart_after)
         else:
             duration = to_ms(float(as_distribution(fault.duration, "duration").sample(rng, 1)[0])) / 1000
-            self.freeze(wid, duration)
+            if isinstance(fault, Block):
+                self.block(wid, duration)
+            else:
+                self.freeze(wid, duration)
+
+    def block(self, wid: int, duration_s: float) -> None:
+        """The worker's event loop is blocked (a busy loop in the process) for `duration_s` scenario s."""
+        proc = self.procs[wid]
+        if proc.state != "alive":
+            return
+        self.send(proc, f"block {duration_s * self.scale:.6f}")
+        now = time.time()
+        proc.state = "blocked"
+        proc.timeline.append((now, "blocked"))
+        self.worker_events.append((now, wid, "block", f"{duration_s:g} s"))
+
+        def unblock() -> None:
+            if proc.state == "blocked":
+                proc.state = "alive"
+                proc.timeline.append((time.time(), "alive"))
+                self.worker_events.append((time.time(), wid, "unblock", ""))
+
+        self.at(now + duration_s * self.scale, unblock)
 
     def crash(self, wid: int, restart_after: float | None) -> None:
         proc = self.procs[wid]
@@ -588,6 +619,22 @@ class LiveRun:
                 self.at(when + gap * self.scale, fire)
 
             next_freeze(start)
+        if faults.block_rate > 0:
+            block_rng = self._rng("faults", wid, 4)
+
+            def next_block(when: float) -> None:
+                gap = max(0.001, to_ms(block_rng.exponential(HOUR_S / faults.block_rate)) / 1000)
+                duration = max(0.001, to_ms(float(faults.block_duration.sample(block_rng, 1)[0])) / 1000)
+
+                def fire() -> None:
+                    if self.procs[wid].state == "dead":
+                        return
+                    self.block(wid, duration)
+                    next_block(time.time() + duration * self.scale)
+
+                self.at(when + gap * self.scale, fire)
+
+            next_block(start)
 
     def log_tail(self, proc: Proc) -> str:
         try:

@@ -14,6 +14,10 @@ Threads, as in a BullMQ worker:
   lock manager  ONE timer renewing every due lease of this worker in ONE EVALSHA per tick
   sweeper       the stalled sweep (or the timeout reaper) on its own timer; the `stalled-check` key
                 rate-limits it to once per interval for the whole queue
+
+Node runs all of these on one event loop; here `loop` is a lock each thread takes before each step (a timer
+firing, a take, a finish). `block <seconds>` on stdin runs a busy loop holding it, as a CPU-bound job blocks
+Node's loop: the jobs' work goes on, but no renewal, sweep, take or finish is sent until it ends.
 """
 
 from __future__ import annotations
@@ -76,6 +80,8 @@ class LiveWorker:
         self.out_lock = threading.Lock()
         self.held: dict[str, Held] = {}
         self.held_lock = threading.Lock()
+        self.loop = threading.Lock()  # the event loop: held by a blocking (CPU-bound) section
+        self.by_job = bool((cfg.get("renewal") or {}).get("track_by") == "job")
         self.counts = {"take": 0, "poll": 0, "renew": 0, "finish": 0, "sweep": 0}
         self.counts_lock = threading.Lock()
         self.stopping = threading.Event()
@@ -142,6 +148,7 @@ class LiveWorker:
             while True:
                 if self.stopping.is_set():
                     return
+                self.wait_loop()
                 token = f"{self.wid}:{takes + 1}"
                 t = time.time()
                 job = self.request(
@@ -155,6 +162,9 @@ class LiveWorker:
             self.count("take")
             started = time.time()
             with self.held_lock:
+                if self.by_job:  # a lock manager keyed by job id: a re-take replaces the stale entry
+                    for other in [k for k, h in self.held.items() if h.job == job]:
+                        del self.held[other]
                 self.held[token] = Held(job, int(started * 1000))
             self.emit("take", job=job, token=token, t=t, s=started)
             threading.Thread(target=self.guard(self.run_job), args=(job, token, slots), daemon=True).start()
@@ -170,6 +180,7 @@ class LiveWorker:
             remaining -= min(time.monotonic() - start, step + slack)
         if self.stopping.is_set():
             return
+        self.wait_loop()  # the job's completion runs on the loop: after any block
         t = time.time()
         self.emit("finishing", job=job, token=token, t=t)
         self.count("finish")
@@ -184,6 +195,9 @@ class LiveWorker:
         self.emit("finished", job=job, token=token, t=t, r=time.time(), code=code, active=active)
         with self.held_lock:
             self.held.pop(token, None)
+            if self.by_job:  # untrackJob(job.id): a fresh copy of the same job stops being renewed too
+                for other in [k for k, h in self.held.items() if h.job == job]:
+                    del self.held[other]
         slots.release()
 
     def lock_manager(self) -> None:
@@ -193,6 +207,7 @@ class LiveWorker:
         next_tick = self.t0 + self.first_renew_ms / 1000
         self.sleep_until(next_tick)
         while not self.stopping.is_set():
+            self.wait_loop()
             now = time.time()
             now_ms = int(now * 1000)
             with self.held_lock:
@@ -232,6 +247,7 @@ class LiveWorker:
         interval = sweep["interval_ms"] / 1000
         self.sleep_until(self.t0 + self.first_sweep_ms / 1000)
         while not self.stopping.is_set():
+            self.wait_loop()
             t = time.time()
             now_ms = int(t * 1000)
             self.count("sweep")
@@ -253,6 +269,20 @@ class LiveWorker:
                 marked=len(marked),
             )
             self.stopping.wait(interval)
+
+    def wait_loop(self) -> None:
+        """Wait until the event loop is free (a step's callback cannot run while a block holds it)."""
+        with self.loop:
+            pass
+
+    def block(self, seconds: float) -> None:
+        """A CPU-bound section: a busy loop holding the event loop for `seconds`. It spins on the clock but
+        lets go of Python's GIL at every turn (`sleep(0)`), so the jobs' own threads keep their pace: in
+        Node the blocking section would be the job's own work, which this process models by time."""
+        with self.loop:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end and not self.stopping.is_set():
+                time.sleep(0)
 
     def reporter(self) -> None:
         while not self.stopping.wait(0.25):
@@ -301,6 +331,8 @@ class LiveWorker:
                 self.rng.seed(int(go["seed"]))
                 self.go.set()
                 self.start_threads()
+            elif words[0] == "block" and self.go.is_set():
+                threading.Thread(target=self.guard(self.block), args=(float(words[1]),), daemon=True).start()
             elif words[0] == "stop":
                 break
         self.stopping.set()

@@ -3,7 +3,8 @@
 //   node observer.mjs --socket /tmp/x/redis.sock --queues q0,q1,q2 [--poll-ms 20]
 //
 // Prints {"ev":"loaded"} once its QueueEvents readers run, then reads JSON commands, one per stdin line:
-//   {"add": [{"queue": "q0", "i": 0, "ms": 60000}, ...]}   add one job per item (id "j<i>", data {i, ms})
+//   {"add": [{"queue": "q0", "i": 0, "ms": 60000}, ...]}   add one job per item (id "j<i>", data {i, ms});
+//   an item may add busyAfter and busyMs (ms): a CPU-bound job that blocks its worker's event loop
 //   {"quit": true}                                         close and exit
 // Every queue event (added, active, stalled, completed, failed) is printed as a JSON line whose `t` is the
 // Redis server's clock when the event was written (the ms part of its stream id): for `stalled`, the moment
@@ -64,7 +65,7 @@ async function handle(msg) {
       msg.add.map(item =>
         queues.get(item.queue).add(
           'sleep',
-          { i: item.i, ms: item.ms },
+          item.busyMs ? { i: item.i, ms: item.ms, busyAfter: item.busyAfter, busyMs: item.busyMs } : { i: item.i, ms: item.ms },
           { jobId: `j${item.i}`, removeOnComplete: false, removeOnFail: false },
         ),
       ),

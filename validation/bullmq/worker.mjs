@@ -8,7 +8,10 @@
 // phase). A Worker has concurrency 1 and a processor that sleeps job.data.ms of wall-clock time. With
 // --sweep-only the Workers never fetch jobs (autorun false): they only run BullMQ's stalled checker, as
 // `Worker.startStalledCheckTimer()` does for manually fetching workers. The harness may SIGKILL or
-// SIGSTOP/SIGCONT this process at any time. Everything that happens is one JSON line on stdout, with
+// SIGSTOP/SIGCONT this process at any time. A job whose data has busyMs is CPU-bound: busyAfter ms into it the
+// processor runs a synchronous busy loop of busyMs ms, which blocks the event loop (the lock manager's timer
+// cannot fire meanwhile; events busy_start and busy_end time it), then sleeps the rest of its ms.
+// Everything that happens is one JSON line on stdout, with
 // `t` = Date.now() (epoch ms: the machine's wall clock, which the harness and Redis share).
 import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
@@ -34,6 +37,15 @@ function emit(ev, fields = {}) {
 }
 
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
+
+function busy(ms, queue) {
+  const start = Date.now();
+  emit('busy_start', { ms, queue });
+  while (Date.now() - start < ms) {
+    // a synchronous CPU-bound section: nothing else on this event loop runs until it ends
+  }
+  emit('busy_end', { ms, queue });
+}
 const workers = [];
 
 async function start(queue) {
@@ -42,7 +54,13 @@ async function start(queue) {
     queue,
     async (job, token) => {
       emit('start', { queue, job: job.id, i: job.data.i, processedOn: job.processedOn, token });
-      await sleep(job.data.ms);
+      if (job.data.busyMs) {
+        await sleep(job.data.busyAfter);
+        busy(job.data.busyMs, queue);
+        await sleep(Math.max(0, job.data.ms - job.data.busyAfter - job.data.busyMs));
+      } else {
+        await sleep(job.data.ms);
+      }
       emit('work_done', { queue, job: job.id, i: job.data.i });
       return 'ok';
     },
