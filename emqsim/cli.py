@@ -288,9 +288,30 @@ def build_parser() -> Parser:
     p.add_argument("--out", type=Path, default=Path("figures"), help="folder (default figures/)")
     p.add_argument("--quick", action="store_true", help="fewer replications (for tests)")
 
-    p = sub.add_parser("grade", help="check an assignment notebook without nbgrader")
+    p = sub.add_parser(
+        "grade",
+        help="check an assignment notebook without nbgrader (runs the notebook's code)",
+        description="Run an assignment notebook in a private copy of its folder and score its test cells. This "
+        "runs the notebook's code: run it as an unprivileged user or in a container for untrusted submissions.",
+    )
     p.add_argument("notebook", type=existing_file)
     p.add_argument("--timeout", type=seconds, default=600.0, help="per-cell timeout (default 600)")
+    p.add_argument(
+        "--time-limit", type=seconds, default=3600.0, help="wall-clock limit for the whole grading (default 3600)"
+    )
+    p.add_argument("--student", metavar="ID", help="the student id the per-student seeds derive from")
+    p.add_argument(
+        "--against",
+        type=existing_file,
+        metavar="SOURCE",
+        help="the instructor's source notebook: its locked and test cells (hidden tests too) replace the file's",
+    )
+    try:
+        from emqsim.assignments import add_assignments_parser
+    except ImportError:  # pragma: no cover - the module is part of the package
+        add_assignments_parser = None
+    if add_assignments_parser is not None:
+        add_assignments_parser(sub)
 
     try:
         from emqsim.live import add_live_arguments
@@ -778,7 +799,19 @@ def cmd_figures(args: argparse.Namespace) -> int:
 def cmd_grade(args: argparse.Namespace) -> int:
     from emqsim.grading import grade_notebook
 
-    return grade_notebook(args.notebook, timeout=args.timeout)
+    return grade_notebook(
+        args.notebook,
+        timeout=args.timeout,
+        time_limit=args.time_limit,
+        student=args.student,
+        against=args.against,
+    )
+
+
+def cmd_assignments(args: argparse.Namespace) -> int:
+    from emqsim.assignments import main_assignments
+
+    return main_assignments(args)
 
 
 COMMANDS = {
@@ -790,6 +823,7 @@ COMMANDS = {
     "scenarios": cmd_scenarios,
     "figures": cmd_figures,
     "grade": cmd_grade,
+    "assignments": cmd_assignments,
 }
 
 

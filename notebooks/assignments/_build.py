@@ -57,6 +57,22 @@ def tests(grade_id: str, points: float, text: str):
     return cell
 
 
+def checked(notebook: str, grade_id: str, points: float, names: list[str], visible: str, hidden: str = ""):
+    """An autograded test cell whose checks run in a fresh process on the student's saved answers
+    (`emqsim.grading.check_answers`): the answers `names` are the only objects the checks take from the
+    student; every helper the checks use is imported inside them, after a check that the answers left Python
+    and emqsim unmodified."""
+    body = visible.strip("\n")
+    if hidden:
+        body += "\n### BEGIN HIDDEN TESTS\n" + hidden.strip("\n") + "\n### END HIDDEN TESTS"
+    assert "'''" not in body and "\\" not in body, "checks go in a raw '''-string: no ''' or backslashes"
+    text = (
+        "from emqsim.grading import check_answers as _check_answers\n\n"
+        f"_check_answers(\n    {notebook!r},\n    {grade_id!r},\n    {names!r},\n    r'''\n{body}\n''',\n)"
+    )
+    return tests(grade_id, points, text)
+
+
 def answer(grade_id: str, points: float, text: str):
     """A free-text answer graded by hand; the model answer sits in a solution region."""
     cell = md(text)
@@ -114,9 +130,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from emqsim import LeasePolicy, Uniform, simulate, standard
+from emqsim.grading import student_seed
 from emqsim.stats import mean_ci, summarize
 
 LEASE, BEAT, SCAN = 20.0, 4.0, 8.0  # seconds: our queue's settings
+SEED = student_seed("01-detection-latency")  # your own seed: your numbers differ from your neighbour's
 
 
 def crash_scenario(beat):
@@ -153,26 +171,30 @@ def predict_detection(lease, beat, scan):
 predict_detection(LEASE, BEAT, SCAN)
 """,
     ),
-    tests(
+    checked(
+        "01-detection-latency.ipynb",
         "q1-predict-tests",
         2,
+        ["predict_detection"],
         """
+import math
+from emqsim import LeasePolicy, Uniform, simulate, standard
+from emqsim.grading import as_number, student_seed
+from emqsim.stats import mean_ci, summarize
+
 prediction = predict_detection(30.0, 10.0, 5.0)
 assert len(prediction) == 3, "return a tuple (mean, lowest, highest)"
-mean, lowest, highest = prediction
+mean, lowest, highest = (as_number(x, "each value") for x in prediction)
 assert lowest < mean < highest, "the mean must lie between the lowest and the highest value"
 assert math.isclose(mean, 27.5), f"lease 30, beat 10, sweep 5: the mean is not {mean}"
-assert math.isclose(lowest, 20.0) and math.isclose(highest, 35.0), (
-    "check the bounds for lease 30, beat 10, sweep 5"
-)
-### BEGIN HIDDEN TESTS
+assert math.isclose(lowest, 20.0) and math.isclose(highest, 35.0), "check the bounds for lease 30, beat 10, sweep 5"
+""",
+        """
 for lease, beat, scan in [(20.0, 4.0, 8.0), (45.0, 15.0, 10.0), (12.0, 3.0, 1.0), (60.0, 5.0, 30.0)]:
-    mean, lowest, highest = predict_detection(lease, beat, scan)
+    mean, lowest, highest = (as_number(x, "each value") for x in predict_detection(lease, beat, scan))
     assert math.isclose(mean, lease - beat / 2 + scan / 2), (lease, beat, scan, mean)
     assert math.isclose(lowest, lease - beat), (lease, beat, scan, lowest)
     assert math.isclose(highest, lease + scan), (lease, beat, scan, highest)
-### END HIDDEN TESTS
-print("Question 1: all visible tests pass")
 """,
     ),
     md("""
@@ -204,24 +226,40 @@ def detection_latencies(lease, beat, scan, replications=200, seed=0):
     ### END SOLUTION
 """,
     ),
-    tests(
+    checked(
+        "01-detection-latency.ipynb",
         "q2-simulate-tests",
         2,
+        ["detection_latencies"],
         """
-lat = detection_latencies(LEASE, BEAT, SCAN, replications=200, seed=1)
+import math
+from emqsim import LeasePolicy, Uniform, simulate, standard
+from emqsim.grading import as_number, student_seed
+from emqsim.stats import mean_ci, summarize
+
+import numpy as np
+
+
+def reference(lease, beat, scan, replications, seed):
+    policy = LeasePolicy(lease, beat, scan, two_phase=False, swept_by="reaper")
+    scenario = standard("fast-dead", die_after=Uniform(beat, beat + 40.0), duration=beat + 60.0, workers=2)
+    out = []
+    for r in range(replications):
+        out.extend(summarize(simulate(scenario, policy, seed=seed, replication=r)).detection_latencies)
+    return out
+
+
+lat = [as_number(x, "each latency") for x in detection_latencies(20.0, 4.0, 8.0, replications=200, seed=1)]
 assert len(lat) == 200, f"expected one latency per run (200), got {len(lat)}"
-mean, lowest, highest = LEASE - BEAT / 2 + SCAN / 2, LEASE - BEAT, LEASE + SCAN
 slack = 0.05  # the simulated network adds a few milliseconds per round trip
-assert all(lowest - slack <= x <= highest + slack for x in lat), "some latencies lie outside [L - B, L + S]"
-assert abs(np.mean(lat) - mean) < 1.0, f"the simulated mean {np.mean(lat):.2f} is far from {mean}"
-### BEGIN HIDDEN TESTS
-lat = detection_latencies(45.0, 15.0, 10.0, replications=150, seed=77)
-assert len(lat) == 150
-assert all(30.0 - slack <= x <= 55.0 + slack for x in lat)
-assert abs(np.mean(lat) - 42.5) < 1.5
-assert min(lat) < 33.0 and max(lat) > 52.0, "the latencies should spread over the whole range"
-### END HIDDEN TESTS
-print("Question 2: all visible tests pass")
+assert all(16.0 - slack <= x <= 28.0 + slack for x in lat), "some latencies lie outside [L - B, L + S]"
+assert abs(np.mean(lat) - 22.0) < 1.0, f"the simulated mean {np.mean(lat):.2f} is far from 22"
+""",
+        """
+seed = student_seed("01-detection-latency") + 7
+got = [as_number(x, "each latency") for x in detection_latencies(45.0, 15.0, 10.0, replications=40, seed=seed)]
+want = reference(45.0, 15.0, 10.0, 40, seed)
+assert len(got) == 40 and all(abs(a - b) < 1e-9 for a, b in zip(got, want)), "not the simulated latencies"
 """,
     ),
     md("""
@@ -233,7 +271,7 @@ the sum of two uniform waits (the rest of the lease, and the wait for the sweep)
     readonly(
         "explore",
         """
-latencies = detection_latencies(LEASE, BEAT, SCAN, replications=200, seed=2024)
+latencies = detection_latencies(LEASE, BEAT, SCAN, replications=200, seed=SEED)
 mean, lowest, highest = predict_detection(LEASE, BEAT, SCAN)
 
 fig, ax = plt.subplots(figsize=(7, 3))
@@ -265,16 +303,30 @@ prediction_inside = ci_low <= predict_detection(LEASE, BEAT, SCAN)[0] <= ci_high
 print(f"95% CI of the mean: [{ci_low:.2f}, {ci_high:.2f}] s; prediction inside: {prediction_inside}")
 """,
     ),
-    tests(
+    checked(
+        "01-detection-latency.ipynb",
         "q3-ci-tests",
         1,
+        ["ci_low", "ci_high", "prediction_inside"],
         """
-assert len(latencies) == 200, "run the cell above (it defines `latencies`) first"
-expected = mean_ci(latencies)
-assert math.isclose(ci_low, expected[1]) and math.isclose(ci_high, expected[2]), "use mean_ci(latencies)"
-assert prediction_inside == (ci_low <= LEASE - BEAT / 2 + SCAN / 2 <= ci_high)
-assert prediction_inside in (True, False), "prediction_inside should be True or False"
-print("Question 3: all visible tests pass")
+import math
+from emqsim import LeasePolicy, Uniform, simulate, standard
+from emqsim.grading import as_number, student_seed
+from emqsim.stats import mean_ci, summarize
+
+assert prediction_inside in (True, False) and type(prediction_inside) in (bool, __import__("numpy").bool_), (
+    "prediction_inside should be True or False"
+)
+low, high = as_number(ci_low, "ci_low"), as_number(ci_high, "ci_high")
+policy = LeasePolicy(20.0, 4.0, 8.0, two_phase=False, swept_by="reaper")
+scenario = standard("fast-dead", die_after=Uniform(4.0, 44.0), duration=64.0, workers=2)
+seed = student_seed("01-detection-latency")
+latencies = []
+for r in range(200):
+    latencies.extend(summarize(simulate(scenario, policy, seed=seed, replication=r)).detection_latencies)
+_, want_low, want_high = mean_ci(latencies)
+assert math.isclose(low, want_low) and math.isclose(high, want_high), "use mean_ci(latencies) on your own run"
+assert bool(prediction_inside) == (low <= 22.0 <= high)
 """,
     ),
     md("""
@@ -300,20 +352,30 @@ def largest_lease(worst_case, scan):
 largest_lease(20.0, 5.0)
 """,
     ),
-    tests(
+    checked(
+        "01-detection-latency.ipynb",
         "q4-size-tests",
         1,
+        ["largest_lease"],
         """
-lease = largest_lease(20.0, 5.0)
+import math
+from emqsim import LeasePolicy, Uniform, simulate, standard
+from emqsim.grading import as_number, student_seed
+from emqsim.stats import mean_ci, summarize
+
+lease = as_number(largest_lease(20.0, 5.0), "largest_lease(20, 5)")
 assert lease > 0, "the lease must be positive"
 assert abs(lease - 15.0) < 0.1, f"a lease of {lease} s is not the longest one that meets a 20 s target"
-worst = max(detection_latencies(lease, lease / 3, 5.0, replications=200, seed=5))
+policy = LeasePolicy(lease, lease / 3, 5.0, two_phase=False, swept_by="reaper")
+scenario = standard("fast-dead", die_after=Uniform(lease / 3, lease / 3 + 40.0), duration=lease / 3 + 60.0, workers=2)
+worst = max(
+    x for r in range(100) for x in summarize(simulate(scenario, policy, seed=5, replication=r)).detection_latencies
+)
 assert worst <= 20.0 + 0.05, f"a crash took {worst:.2f} s to detect"
-### BEGIN HIDDEN TESTS
-assert abs(largest_lease(60.0, 10.0) - 50.0) < 0.1
-assert abs(largest_lease(9.0, 1.5) - 7.5) < 0.1
-### END HIDDEN TESTS
-print(f"Question 4: all visible tests pass (worst simulated detection {worst:.2f} s)")
+""",
+        """
+assert abs(as_number(largest_lease(60.0, 10.0), "largest_lease") - 50.0) < 0.1
+assert abs(as_number(largest_lease(9.0, 1.5), "largest_lease") - 7.5) < 0.1
 """,
     ),
     md("""
