@@ -444,6 +444,7 @@ import math
 import numpy as np
 
 from emqsim import Exponential, Fixed, LeasePolicy, LogNormal, RandomFaults, Scenario, Uniform, simulate
+from emqsim.grading import student_seed
 from emqsim.stats import aggregate, summarize
 
 PAUSES = LogNormal(median=1.0, sigma=1.0)  # GC pause lengths, seconds
@@ -453,7 +454,7 @@ SCAN = 2.0  # the reaper's sweep period (s)
 MIN_BEAT = 2.0  # at most one heartbeat every 2 s
 BUDGET = 0.01  # false reclaims per job: upper end of the 95% CI
 TARGET_LATENCY = 18.0  # seconds, mean detection latency
-PRACTICE_SEEDS = [1]  # use these while exploring; the grader uses others
+PRACTICE_SEEDS = [student_seed("02-tuning-under-pauses")]  # your own; the grader also uses seeds you never see
 
 
 def gc_scenario(jobs=200):
@@ -535,23 +536,33 @@ def p_lapse(lease, beat, pauses):
 print(f"p_lapse(10, 2) = {p_lapse(10.0, 2.0, PAUSES):.5f}")
 """,
     ),
-    tests(
+    checked(
+        "02-tuning-under-pauses.ipynb",
         "q1-p-lapse-tests",
         2,
+        ["p_lapse"],
         """
+import math
+import numpy as np
+from emqsim import Exponential, LogNormal, Uniform
+from emqsim.grading import as_number
+PAUSES = LogNormal(median=1.0, sigma=1.0)
+
+
 def reference(lease, beat, pauses, n=400):
     u = (np.arange(n) + 0.5) / n * beat
     return float(np.mean([pauses.survival(lease - x) for x in u]))
 
 
-p = p_lapse(10.0, 2.0, PAUSES)
+p = as_number(p_lapse(10.0, 2.0, PAUSES), "p_lapse(10, 2, PAUSES)")
 assert 0.0 < p < 1.0, "a probability lies between 0 and 1"
 assert PAUSES.survival(10.0) <= p <= PAUSES.survival(8.0), "p must lie between G(L) and G(L - B)"
 assert math.isclose(p, reference(10.0, 2.0, PAUSES), rel_tol=5e-3), f"p_lapse(10, 2) = {p} looks wrong"
-assert p_lapse(20.0, 2.0, PAUSES) < p < p_lapse(10.0, 5.0, PAUSES), (
+assert as_number(p_lapse(20.0, 2.0, PAUSES), "p") < p < as_number(p_lapse(10.0, 5.0, PAUSES), "p"), (
     "longer leases lapse less, longer beats more"
 )
-### BEGIN HIDDEN TESTS
+""",
+        """
 for lease, beat, pauses in [
     (15.0, 2.0, PAUSES),
     (30.0, 10.0, PAUSES),
@@ -559,10 +570,8 @@ for lease, beat, pauses in [
     (6.0, 2.0, Uniform(0.0, 7.0)),
     (12.0, 4.0, LogNormal(0.5, 1.5)),
 ]:
-    got, want = p_lapse(lease, beat, pauses), reference(lease, beat, pauses)
+    got, want = as_number(p_lapse(lease, beat, pauses), "p_lapse"), reference(lease, beat, pauses)
     assert math.isclose(got, want, rel_tol=1e-2, abs_tol=1e-6), (lease, beat, pauses, got, want)
-### END HIDDEN TESTS
-print("Question 1: all visible tests pass")
 """,
     ),
     md("""
@@ -605,18 +614,34 @@ for lease, beat in [(30.0, 10.0), (8.0, 2.0)]:
     )
 """,
     ),
-    tests(
+    checked(
+        "02-tuning-under-pauses.ipynb",
         "q2-predict-tests",
         2,
+        ["PAUSES_PER_JOB", "predicted_false_rate", "predicted_latency"],
         """
-assert math.isclose(PAUSES_PER_JOB, 1.0), f"{PAUSES_PER_JOB} pauses per job? count them per worker-second"
-assert math.isclose(predicted_false_rate(15.0, 2.0), p_lapse(15.0, 2.0, PAUSES), rel_tol=1e-9)
-assert math.isclose(predicted_latency(30.0, 10.0), 26.0), "mean detection: L - B/2 + S/2 with S = SCAN"
-### BEGIN HIDDEN TESTS
-assert math.isclose(predicted_latency(12.0, 3.0), 11.5)
-assert math.isclose(predicted_false_rate(30.0, 10.0), p_lapse(30.0, 10.0, PAUSES), rel_tol=1e-9)
-### END HIDDEN TESTS
-print("Question 2: all visible tests pass")
+import math
+import numpy as np
+from emqsim import Exponential, LogNormal, Uniform
+from emqsim.grading import as_number
+PAUSES = LogNormal(median=1.0, sigma=1.0)
+
+
+def reference(lease, beat, n=400):
+    u = (np.arange(n) + 0.5) / n * beat
+    return float(np.mean([PAUSES.survival(lease - x) for x in u]))
+
+
+per_job = as_number(PAUSES_PER_JOB, "PAUSES_PER_JOB")
+assert math.isclose(per_job, 1.0), f"{per_job} pauses per job? count them per worker-second"
+rate = as_number(predicted_false_rate(15.0, 2.0), "predicted_false_rate(15, 2)")
+assert math.isclose(rate, reference(15.0, 2.0), rel_tol=1e-2), "one pause per job: the rate is p_lapse"
+assert math.isclose(as_number(predicted_latency(30.0, 10.0), "latency"), 26.0), "mean detection: L - B/2 + S/2, S = SCAN"
+""",
+        """
+assert math.isclose(as_number(predicted_latency(12.0, 3.0), "latency"), 11.5)
+assert math.isclose(as_number(predicted_false_rate(30.0, 10.0), "rate"), reference(30.0, 10.0), rel_tol=1e-2)
+assert math.isclose(as_number(predicted_false_rate(9.0, 4.0), "rate"), reference(9.0, 4.0), rel_tol=1e-2)
 """,
     ),
     md("""
@@ -675,34 +700,48 @@ print(f"chosen: lease {LEASE} s, beat {BEAT} s")
 show(evaluate(LEASE, BEAT, PRACTICE_SEEDS))
 """,
     ),
-    tests(
+    checked(
+        "02-tuning-under-pauses.ipynb",
         "q3-choose-tests",
         4,
+        ["LEASE", "BEAT"],
         """
-import warnings
+from emqsim import Fixed, LeasePolicy, LogNormal, RandomFaults, Scenario, simulate
+from emqsim.grading import as_number, student_seed
+from emqsim.stats import aggregate, summarize
 
-from emqsim import LeaseWarning
+lease, beat = as_number(LEASE, "LEASE"), as_number(BEAT, "BEAT")
+assert 2.0 <= beat < lease, "need MIN_BEAT <= BEAT < LEASE"
 
-assert MIN_BEAT <= BEAT < LEASE, "need MIN_BEAT <= BEAT < LEASE"
+
+def evaluate(seeds, replications=8):
+    scenario = Scenario(
+        name="gc-pauses",
+        workers=4,
+        jobs=200,
+        duration=Fixed(30.0),
+        random_faults=RandomFaults(
+            crash_rate=10.0, restart_after=5.0, freeze_rate=120.0, freeze_duration=LogNormal(1.0, 1.0)
+        ),
+    )
+    policy = LeasePolicy(lease, beat, 2.0, two_phase=False, swept_by="reaper")
+    runs = [simulate(scenario, policy, seed=s, replication=r, record_locks=False) for s in seeds for r in range(replications)]
+    return aggregate([summarize(run) for run in runs])
 
 
 def check(seeds):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", LeaseWarning)
-        row = evaluate(LEASE, BEAT, seeds)
+    row = evaluate(seeds)
     high = row["false_reclaim_rate_ci"][1]
-    assert high <= BUDGET, f"false reclaims over budget on seeds {seeds}: CI upper end {high:.4f} > {BUDGET}"
+    assert high <= 0.01, f"false reclaims over budget on seeds {seeds}: CI upper end {high:.4f} > 0.01"
     latency = row["detection_latency_mean"]
-    assert row["detections"] > 0 and latency <= TARGET_LATENCY, f"mean detection {latency:.2f} s is too slow"
-    return row
+    assert row["detections"] > 0 and latency <= 18.0, f"mean detection {latency:.2f} s is too slow"
 
 
-check(PRACTICE_SEEDS)
-### BEGIN HIDDEN TESTS
+check([student_seed("02-tuning-under-pauses")])
+""",
+        """
 HIDDEN_SEEDS = [9173, 40221]  # instructors: change these each term (see README.md)
 check(HIDDEN_SEEDS)
-### END HIDDEN TESTS
-print("Question 3: the practice-seed checks pass")
 """,
     ),
     md("""
@@ -758,8 +797,14 @@ Your detector must beat the fixed timeouts on the standard scenarios:
 
 * `slow-alive` (a 15-minute job on a healthy worker): **fewer false reclaims** than `TimeoutPolicy(60)`;
 * `fast-dead` (the worker dies 1 s into its job): **lower detection latency** than `TimeoutPolicy(600)`;
-* and, in hidden tests, the same on other seeds and job lengths, no duplicate completions when a worker freezes,
-  and no more false reclaims than the standard lease when the network loses heartbeats.
+* it must **adapt**: the grader feeds it a regular heartbeat history and an irregular one and asks `suspect`
+  how long a silence it tolerates after each; a detector that tolerates the same silence after both is a fixed
+  timeout, and scores 0 on that question;
+* and, in hidden tests, the same on other seeds and job lengths, no duplicate completions when a worker freezes
+  (more than once per job, too), and no more false reclaims than the standard lease when the network loses
+  heartbeats.
+
+The tests run your class in a fresh Python process, from your **saved** notebook: save before you run them.
 
 Check your notebook with `python -m emqsim grade 03-write-a-policy.ipynb`.
 """),
@@ -944,18 +989,93 @@ for scenario in (SLOW_ALIVE, FAST_DEAD):
 
 The test builds your detector with its default settings and runs each scenario once.
 """),
-    tests(
+    checked(
+        "03-write-a-policy.ipynb",
         "q2-basics-tests",
         1,
+        ["AdaptiveDetector"],
         """
-detector = AdaptiveDetector()
-assert isinstance(detector, ReclaimPolicy), "AdaptiveDetector must subclass ReclaimPolicy"
-assert detector.renewal is not None and detector.fenced, "keep the heartbeat and the fencing"
-row = measure(detector, SLOW_ALIVE, replications=1)
+import warnings
+from emqsim import Freeze, LeasePolicy, ReclaimPolicy, Scenario, TimeoutPolicy, Uniform, simulate, standard
+from emqsim.grading import as_number
+from emqsim.stats import aggregate, summarize
+
+
+def measure(policy, scenario, replications, seed=0):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        runs = [simulate(scenario, policy, seed=seed, replication=r, record_locks=False) for r in range(replications)]
+    return aggregate([summarize(run) for run in runs])
+
+
+def detector():
+    assert isinstance(AdaptiveDetector, type) and issubclass(AdaptiveDetector, ReclaimPolicy), (
+        "AdaptiveDetector must be a class, a subclass of ReclaimPolicy"
+    )
+    assert not issubclass(AdaptiveDetector, (LeasePolicy, TimeoutPolicy)), (
+        "AdaptiveDetector must be your own detector, not a LeasePolicy or TimeoutPolicy"
+    )
+    made = AdaptiveDetector()
+    assert type(made) is AdaptiveDetector, "AdaptiveDetector() must build an AdaptiveDetector"
+    return made
+
+
+SLOW_ALIVE = standard("slow-alive", duration=900.0, workers=2)
+FAST_DEAD = standard("fast-dead", die_after=1.0, duration=60.0, workers=2)
+
+made = detector()
+assert made.renewal is not None and made.fenced, "keep the heartbeat and the fencing"
+row = measure(made, SLOW_ALIVE, replications=1)
 assert row["duplicate_completions"] == 0 and row["reclaims"] == 0, "a healthy worker's job was taken back"
-row = measure(detector, FAST_DEAD, replications=1)
+row = measure(detector(), FAST_DEAD, replications=1)
 assert row["detections"] == 1 and row["undetected"] == 0, "the dead worker's job was never taken back"
-print("Question 2: all visible tests pass")
+""",
+        """
+
+class Store:
+    def execute(self, *args):
+        return "t" if args[0] == "GET" else 1
+
+
+class Keys:
+    active, wait = "active", "wait"
+
+    def lock(self, job_id):
+        return "lock:" + job_id
+
+    def job(self, job_id):
+        return "job:" + job_id
+
+
+class Queue:
+    store, keys, taken = Store(), Keys(), 0
+
+    def take(self, token, now_ms, lock_ms=None, set_lock=True):
+        self.taken += 1
+        return f"j{self.taken}"
+
+
+def tolerated_silence(gaps_ms):
+    \"\"\"The shortest silence (s) after the last heartbeat at which the detector suspects the job, after it
+    saw three jobs each send heartbeats with `gaps_ms` between them.\"\"\"
+    made, queue, now = detector(), Queue(), 0
+    for _ in range(3):
+        job = made.take(queue, "t", now)
+        now += 2000
+        made.renew(queue, [(job, "t")], now)
+        for gap in gaps_ms:
+            now += gap
+            made.renew(queue, [(job, "t")], now)
+    return next((s for s in range(1, 900) if made.suspect(job, now + s * 1000)), 900)
+
+
+regular = tolerated_silence([10_000] * 15)
+irregular = tolerated_silence([4_000, 28_000] * 8)
+assert regular <= 45, f"after regular 10 s heartbeats the detector waits {regular} s of silence"
+assert irregular >= regular + 15, (
+    f"your detector tolerates {regular} s of silence after regular heartbeats and {irregular} s after "
+    "irregular ones: it does not learn from the gaps (a fixed threshold)"
+)
 """,
     ),
     md("""
@@ -964,20 +1084,50 @@ print("Question 2: all visible tests pass")
 On `slow-alive` the fixed 60-second timeout takes the job away from a healthy worker again and again. Your
 detector must do better (the hidden tests ask for no false reclaim at all, on other seeds and job lengths).
 """),
-    tests(
+    checked(
+        "03-write-a-policy.ipynb",
         "q3-slow-alive-tests",
         3,
+        ["AdaptiveDetector"],
         """
-mine = measure(AdaptiveDetector(), SLOW_ALIVE, replications=5)
+import warnings
+from emqsim import Freeze, LeasePolicy, ReclaimPolicy, Scenario, TimeoutPolicy, Uniform, simulate, standard
+from emqsim.grading import as_number
+from emqsim.stats import aggregate, summarize
+
+
+def measure(policy, scenario, replications, seed=0):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        runs = [simulate(scenario, policy, seed=seed, replication=r, record_locks=False) for r in range(replications)]
+    return aggregate([summarize(run) for run in runs])
+
+
+def detector():
+    assert isinstance(AdaptiveDetector, type) and issubclass(AdaptiveDetector, ReclaimPolicy), (
+        "AdaptiveDetector must be a class, a subclass of ReclaimPolicy"
+    )
+    assert not issubclass(AdaptiveDetector, (LeasePolicy, TimeoutPolicy)), (
+        "AdaptiveDetector must be your own detector, not a LeasePolicy or TimeoutPolicy"
+    )
+    made = AdaptiveDetector()
+    assert type(made) is AdaptiveDetector, "AdaptiveDetector() must build an AdaptiveDetector"
+    return made
+
+
+SLOW_ALIVE = standard("slow-alive", duration=900.0, workers=2)
+FAST_DEAD = standard("fast-dead", die_after=1.0, duration=60.0, workers=2)
+
+mine = measure(detector(), SLOW_ALIVE, replications=5)
 timeout = measure(TimeoutPolicy(60.0), SLOW_ALIVE, replications=5)
 print(f"false reclaims: yours {mine['false_reclaims']}, TimeoutPolicy(60) {timeout['false_reclaims']}")
 assert mine["false_reclaims"] < timeout["false_reclaims"], "no fewer false reclaims than the 60 s timeout"
 assert mine["duplicate_completions"] == 0
-### BEGIN HIDDEN TESTS
+""",
+        """
 for duration, seed in [(1800.0, 101), (300.0, 102)]:
-    row = measure(AdaptiveDetector(), standard("slow-alive", duration=duration, workers=2), 3, seed=seed)
+    row = measure(detector(), standard("slow-alive", duration=duration, workers=2), 3, seed=seed)
     assert row["false_reclaims"] == 0, (duration, seed, row["false_reclaims"])
-### END HIDDEN TESTS
 """,
     ),
     md("""
@@ -986,24 +1136,54 @@ for duration, seed in [(1800.0, 101), (300.0, 102)]:
 On `fast-dead` the 10-minute timeout leaves the dead worker's job untouched for almost 600 s. Your detector must
 be faster on every seed the grader tries (hidden: crashes at other moments of the job, within 300 s on average).
 """),
-    tests(
+    checked(
+        "03-write-a-policy.ipynb",
         "q4-fast-dead-tests",
         3,
+        ["AdaptiveDetector"],
         """
-mine = measure(AdaptiveDetector(), FAST_DEAD, replications=10)
+import warnings
+from emqsim import Freeze, LeasePolicy, ReclaimPolicy, Scenario, TimeoutPolicy, Uniform, simulate, standard
+from emqsim.grading import as_number
+from emqsim.stats import aggregate, summarize
+
+
+def measure(policy, scenario, replications, seed=0):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        runs = [simulate(scenario, policy, seed=seed, replication=r, record_locks=False) for r in range(replications)]
+    return aggregate([summarize(run) for run in runs])
+
+
+def detector():
+    assert isinstance(AdaptiveDetector, type) and issubclass(AdaptiveDetector, ReclaimPolicy), (
+        "AdaptiveDetector must be a class, a subclass of ReclaimPolicy"
+    )
+    assert not issubclass(AdaptiveDetector, (LeasePolicy, TimeoutPolicy)), (
+        "AdaptiveDetector must be your own detector, not a LeasePolicy or TimeoutPolicy"
+    )
+    made = AdaptiveDetector()
+    assert type(made) is AdaptiveDetector, "AdaptiveDetector() must build an AdaptiveDetector"
+    return made
+
+
+SLOW_ALIVE = standard("slow-alive", duration=900.0, workers=2)
+FAST_DEAD = standard("fast-dead", die_after=1.0, duration=60.0, workers=2)
+
+mine = measure(detector(), FAST_DEAD, replications=10)
 timeout = measure(TimeoutPolicy(600.0), FAST_DEAD, replications=10)
-print(
-    f"mean detection latency: yours {mine['detection_latency_mean']:.1f} s, "
-    f"TimeoutPolicy(600) {timeout['detection_latency_mean']:.1f} s"
-)
+print(f"mean detection: yours {mine['detection_latency_mean']:.1f} s, TimeoutPolicy(600) {timeout['detection_latency_mean']:.1f} s")
 assert mine["undetected"] == 0, "some dead worker's job was never taken back"
 assert mine["detection_latency_mean"] < timeout["detection_latency_mean"], "not faster than the 600 s timeout"
-### BEGIN HIDDEN TESTS
+""",
+        """
 scenario = standard("fast-dead", die_after=Uniform(1.0, 50.0), duration=60.0, workers=2)
-mine = measure(AdaptiveDetector(), scenario, 10, seed=202)
+mine = measure(detector(), scenario, 10, seed=202)
 assert mine["undetected"] == 0
 assert mine["detection_latency_mean"] < 300.0, mine["detection_latency_mean"]
-### END HIDDEN TESTS
+scenario = standard("fast-dead", die_after=Uniform(1.0, 200.0), duration=240.0, workers=2)
+mine = measure(detector(), scenario, 10, seed=203)
+assert mine["undetected"] == 0 and mine["detection_latency_mean"] < 120.0, mine["detection_latency_mean"]
 """,
     ),
     md("""
@@ -1015,23 +1195,56 @@ back; what must never happen is that the job then completes twice (your fencing 
 are irregular: it may not falsely reclaim more jobs than the standard lease (30 s, renewed every 10 s) does on
 the same seeds.
 """),
-    tests(
+    checked(
+        "03-write-a-policy.ipynb",
         "q5-robust-tests",
         2,
+        ["AdaptiveDetector"],
         """
+import warnings
+from emqsim import Freeze, LeasePolicy, ReclaimPolicy, Scenario, TimeoutPolicy, Uniform, simulate, standard
+from emqsim.grading import as_number
+from emqsim.stats import aggregate, summarize
+
+
+def measure(policy, scenario, replications, seed=0):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        runs = [simulate(scenario, policy, seed=seed, replication=r, record_locks=False) for r in range(replications)]
+    return aggregate([summarize(run) for run in runs])
+
+
+def detector():
+    assert isinstance(AdaptiveDetector, type) and issubclass(AdaptiveDetector, ReclaimPolicy), (
+        "AdaptiveDetector must be a class, a subclass of ReclaimPolicy"
+    )
+    assert not issubclass(AdaptiveDetector, (LeasePolicy, TimeoutPolicy)), (
+        "AdaptiveDetector must be your own detector, not a LeasePolicy or TimeoutPolicy"
+    )
+    made = AdaptiveDetector()
+    assert type(made) is AdaptiveDetector, "AdaptiveDetector() must build an AdaptiveDetector"
+    return made
+
+
+SLOW_ALIVE = standard("slow-alive", duration=900.0, workers=2)
+FAST_DEAD = standard("fast-dead", die_after=1.0, duration=60.0, workers=2)
+
 frozen = standard("frozen", freeze_for=45.0, freeze_after=5.0, duration=120.0, workers=2)
-row = measure(AdaptiveDetector(), frozen, replications=3)
+row = measure(detector(), frozen, replications=3)
 assert row["duplicate_completions"] == 0, "a frozen worker's job completed twice: is the finish still fenced?"
 flaky = standard("flaky-network", loss=0.2, jobs=12, duration=300.0, workers=4)
-mine = measure(AdaptiveDetector(), flaky, replications=2)
+mine = measure(detector(), flaky, replications=2)
 lease = measure(LeasePolicy(30.0, 10.0), flaky, replications=2)
 print(f"flaky network, false reclaims: yours {mine['false_reclaims']}, lease {lease['false_reclaims']}")
 assert mine["false_reclaims"] <= lease["false_reclaims"]
-### BEGIN HIDDEN TESTS
-mine = measure(AdaptiveDetector(), flaky, replications=3, seed=303)
+""",
+        """
+mine = measure(detector(), flaky, replications=3, seed=303)
 lease = measure(LeasePolicy(30.0, 10.0), flaky, replications=3, seed=303)
 assert mine["false_reclaims"] <= lease["false_reclaims"], (mine["false_reclaims"], lease["false_reclaims"])
-### END HIDDEN TESTS
+twice = frozen.with_(faults=(Freeze(job=0, after=5.0, duration=45.0), Freeze(job=0, after=30.0, duration=60.0)))
+row = measure(detector(), twice, replications=3, seed=304)
+assert row["duplicate_completions"] == 0, "two pauses in one job: it completed twice"
 """,
     ),
     md("""
@@ -1087,9 +1300,10 @@ Check your notebook with `python -m emqsim grade 04-fencing.ipynb`.
         "setup",
         """
 from emqsim import LeasePolicy, TimeoutPolicy, Uniform, simulate, standard
+from emqsim.grading import student_seed
 from emqsim.stats import summarize
 
-SEED = 1
+SEED = student_seed("04-fencing")  # your own seed: your numbers differ from your neighbour's
 FROZEN = standard("frozen", freeze_for=70.0, freeze_after=5.0, duration=40.0, workers=2)
 
 
@@ -1133,16 +1347,31 @@ show_attempts(unfenced_run)
 print(f"stale finish by worker {stale_worker} at {stale_finish_at} s")
 """,
     ),
-    tests(
+    checked(
+        "04-fencing.ipynb",
         "q1-timeout-tests",
         2,
+        ["unfenced_run", "stale_worker", "stale_finish_at"],
         """
+from emqsim import LeasePolicy, Run, TimeoutPolicy, Uniform, simulate, standard
+from emqsim.grading import as_number, student_seed
+from emqsim.stats import summarize
+
+SEED = student_seed("04-fencing")
+FROZEN = standard("frozen", freeze_for=70.0, freeze_after=5.0, duration=40.0, workers=2)
+
+
+def duplicates(run):
+    return summarize(run).duplicate_completions
+
+assert type(unfenced_run) is Run, "unfenced_run must be the Run that simulate() returned"
 assert unfenced_run.policy["timeout"] == 60 and unfenced_run.policy["policy"] == "timeout"
-dups = [a for a in unfenced_run.attempts if a.outcome == "duplicate_completion"]
-assert len(dups) == 1, "expected exactly one duplicate completion: did you use the unfenced timeout and SEED?"
-assert stale_worker == dups[0].worker and stale_finish_at == dups[0].finish_applied_at
-assert dups[0].worker_state_at_reclaim == "frozen", "the job was taken from a frozen, not a dead, worker"
-print("Question 1: all visible tests pass")
+run = simulate(FROZEN, TimeoutPolicy(timeout=60), seed=SEED)
+dups = [a for a in run.attempts if a.outcome == "duplicate_completion"]
+assert len(dups) == 1, "expected exactly one duplicate completion"
+assert unfenced_run.attempts == run.attempts, "unfenced_run is not FROZEN under TimeoutPolicy(timeout=60) with SEED"
+assert stale_worker == dups[0].worker, f"the stale worker is not {stale_worker}"
+assert as_number(stale_finish_at, "stale_finish_at") == dups[0].finish_applied_at, "check stale_finish_at"
 """,
     ),
     md("""
@@ -1164,16 +1393,31 @@ show_attempts(fenced_run)
 print(f"the stale worker was told: {rejection!r}")
 """,
     ),
-    tests(
+    checked(
+        "04-fencing.ipynb",
         "q2-fenced-tests",
         2,
+        ["fenced_run", "rejection"],
         """
-assert fenced_run.policy["timeout"] == 60
-assert duplicate_completions(fenced_run) == 0, "fenced_run still has a duplicate completion"
-rejected = [a for a in fenced_run.attempts if a.finish_result not in (None, "accepted")]
-assert len(rejected) == 1 and rejection == rejected[0].finish_result
-assert rejection in ("Missing lock for job 0", "Lock mismatch for job 0"), rejection
-print("Question 2: all visible tests pass")
+from emqsim import LeasePolicy, Run, TimeoutPolicy, Uniform, simulate, standard
+from emqsim.grading import as_number, student_seed
+from emqsim.stats import summarize
+
+SEED = student_seed("04-fencing")
+FROZEN = standard("frozen", freeze_for=70.0, freeze_after=5.0, duration=40.0, workers=2)
+
+
+def duplicates(run):
+    return summarize(run).duplicate_completions
+
+assert type(fenced_run) is Run, "fenced_run must be the Run that simulate() returned"
+run = simulate(FROZEN, TimeoutPolicy(timeout=60, fenced=True), seed=SEED)
+assert fenced_run.attempts == run.attempts, "fenced_run is not FROZEN under the fenced timeout with SEED"
+assert duplicates(run) == 0
+rejected = [a for a in run.attempts if a.finish_result not in (None, "accepted")]
+assert len(rejected) == 1 and type(rejection) is str and rejection == rejected[0].finish_result, (
+    "rejection is not what Redis told the stale worker"
+)
 """,
     ),
     md("""
@@ -1206,20 +1450,40 @@ show_attempts(bare_lease_run)
 print(f"the frozen worker's lease lapsed at {lapsed_at} s")
 """,
     ),
-    tests(
+    checked(
+        "04-fencing.ipynb",
         "q3-lease-tests",
         2,
+        ["LeaseWithoutToken", "lease_run", "bare_lease_run", "lapsed_at"],
         """
-assert issubclass(LeaseWithoutToken, LeasePolicy), "LeaseWithoutToken must subclass LeasePolicy"
-assert lease_run.policy["lease"] == 30 and bare_lease_run.policy["lease"] == 30
-assert duplicate_completions(lease_run) == 0, "the lease with its token check should not complete twice"
-assert duplicate_completions(bare_lease_run) == 1, "without the token check the stale finish is accepted"
-expired = [e.time for e in lease_run.lock_events if e.kind == "expired"]
-assert lapsed_at in expired, "lapsed_at should be the time of an 'expired' lock event"
-freeze = [e.time for e in lease_run.worker_events if e.kind == "freeze"][0]
-resume = [e.time for e in lease_run.worker_events if e.kind == "resume"][0]
-assert freeze < lapsed_at < resume, "the lease lapsed while the worker was frozen"
-print("Question 3: all visible tests pass")
+from emqsim import LeasePolicy, Run, TimeoutPolicy, Uniform, simulate, standard
+from emqsim.grading import as_number, student_seed
+from emqsim.stats import summarize
+
+SEED = student_seed("04-fencing")
+FROZEN = standard("frozen", freeze_for=70.0, freeze_after=5.0, duration=40.0, workers=2)
+
+
+def duplicates(run):
+    return summarize(run).duplicate_completions
+
+assert isinstance(LeaseWithoutToken, type) and issubclass(LeaseWithoutToken, LeasePolicy), (
+    "LeaseWithoutToken must subclass LeasePolicy"
+)
+assert type(lease_run) is Run and type(bare_lease_run) is Run, "store the Runs simulate() returned"
+lease = simulate(FROZEN, LeasePolicy(30, 10), seed=SEED)
+bare = simulate(FROZEN, LeaseWithoutToken(30, 10), seed=SEED)
+assert lease_run.attempts == lease.attempts, "lease_run is not FROZEN under LeasePolicy(30, 10) with SEED"
+assert bare_lease_run.attempts == bare.attempts, "bare_lease_run is not FROZEN under LeaseWithoutToken(30, 10)"
+assert duplicates(lease) == 0, "the lease with its token check should not complete twice"
+assert duplicates(bare) == 1, "without the token check the stale finish is accepted"
+expired = [e.time for e in lease.lock_events if e.kind == "expired"]
+assert as_number(lapsed_at, "lapsed_at") == expired[0], "lapsed_at should be the time of the 'expired' lock event"
+""",
+        """
+other = standard("frozen", freeze_for=50.0, freeze_after=8.0, duration=30.0, workers=3)
+for seed in (SEED + 1, SEED + 2):
+    assert duplicates(simulate(other, LeaseWithoutToken(20, 5), seed=seed)) == 1, "held out: no stale finish"
 """,
     ),
     md("""
@@ -1255,25 +1519,35 @@ for name, share in duplicate_share.items():
     print(f"{name:>20}: {share:.0%} of runs completed the job twice")
 """,
     ),
-    tests(
+    checked(
+        "04-fencing.ipynb",
         "q4-many-tests",
         2,
+        ["duplicate_share", "LeaseWithoutToken"],
         """
+from emqsim import LeasePolicy, Run, TimeoutPolicy, Uniform, simulate, standard
+from emqsim.grading import as_number, student_seed
+from emqsim.stats import summarize
+
+SEED = student_seed("04-fencing")
+FROZEN = standard("frozen", freeze_for=70.0, freeze_after=5.0, duration=40.0, workers=2)
+
+
+def duplicates(run):
+    return summarize(run).duplicate_completions
+
+assert type(duplicate_share) is dict, "duplicate_share must be a dict"
 assert set(duplicate_share) == {"timeout", "timeout+token", "lease", "lease without token"}
-assert duplicate_share["timeout+token"] == 0 and duplicate_share["lease"] == 0, "token-checked finishes"
-assert duplicate_share["timeout"] > 0 and duplicate_share["lease without token"] > 0
-assert all(0 <= share <= 1 for share in duplicate_share.values()), "shares are fractions of the 40 runs"
-### BEGIN HIDDEN TESTS
+shares = {name: as_number(share, name) for name, share in duplicate_share.items()}
+assert shares["timeout+token"] == 0 and shares["lease"] == 0, "token-checked finishes"
+assert shares["timeout"] > 0 and shares["lease without token"] > 0
+""",
+        """
 scenario = standard("frozen", freeze_for=Uniform(0, 90), freeze_after=5.0, duration=40.0, workers=2)
-for name, policy in [
-    ("timeout", TimeoutPolicy(timeout=60)),
-    ("lease without token", LeaseWithoutToken(30, 10)),
-]:
+for name, policy in [("timeout", TimeoutPolicy(timeout=60)), ("lease without token", LeaseWithoutToken(30, 10))]:
     runs = [simulate(scenario, policy, seed=SEED, replication=r) for r in range(40)]
-    expected = sum(duplicate_completions(run) > 0 for run in runs) / 40
-    assert abs(duplicate_share[name] - expected) < 1e-9, (name, duplicate_share[name], expected)
-### END HIDDEN TESTS
-print("Question 4: all visible tests pass")
+    expected = sum(duplicates(run) > 0 for run in runs) / 40
+    assert abs(shares[name] - expected) < 1e-9, (name, shares[name], expected)
 """,
     ),
     md("""
