@@ -297,7 +297,10 @@ def build_parser() -> Parser:
     p.add_argument("notebook", type=existing_file)
     p.add_argument("--timeout", type=seconds, default=600.0, help="per-cell timeout (default 600)")
     p.add_argument(
-        "--time-limit", type=seconds, default=3600.0, help="wall-clock limit for the whole grading (default 3600)"
+        "--time-limit",
+        type=seconds,
+        default=3600.0,
+        help="wall-clock limit for the whole grading (default 3600)",
     )
     p.add_argument("--student", metavar="ID", help="the student id the per-student seeds derive from")
     p.add_argument(

@@ -400,5 +400,98 @@ def test_grading_follows_nbgrader_rules(tmp_path: Path, monkeypatch, capsys):
     assert re.search(
         r"^autograded\s+5\.5 / 10\s+some checks fail \(3 more points graded by hand\)$", report, re.M
     )
-    assert (tmp_path / "here.txt").exists(), "the notebook runs in its own folder"
+    assert not (tmp_path / "here.txt").exists(), "the notebook runs in a private copy of its folder"
     assert path.read_text() == before, "grading never changes the notebook"
+
+
+# -- grading runs the notebook's code: isolated, bounded, nothing left behind ------------------------------------
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc to see whether a process survived")
+def test_grading_leaves_no_process_behind(tmp_path: Path, monkeypatch, capsys):
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+    pids = tmp_path / "pids"
+    spawn = (
+        "import subprocess, sys\n"
+        f"PIDS = {str(pids)!r}\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
+        "subprocess.run(['sh', '-c', 'sleep 600 > /dev/null 2>&1 & echo $! >> ' + PIDS])\n"
+        "with open(PIDS, 'a') as fh:\n    fh.write(f'{child.pid}\\n')"
+    )
+    nb = _notebook(
+        [_cell("code", spawn), _cell("code", "assert True", "t", grade=True, locked=True, points=1)]
+    )
+    folder = tmp_path / "sub"
+    folder.mkdir()
+    nbformat.write(nb, folder / "spawn.ipynb")
+    assert cli_main(["grade", str(folder / "spawn.ipynb"), "--timeout", "120"]) == 0, capsys.readouterr()
+    started = [int(x) for x in pids.read_text().split()]
+    assert len(started) == 2
+    assert not [pid for pid in started if _alive(pid)], "a process the notebook started outlived grading"
+
+
+def test_grading_stops_at_the_wall_clock_limit(tmp_path: Path, monkeypatch, capsys):
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+    nb = _notebook([_cell("code", "while True:\n    pass", "loop", grade=True, locked=True, points=1)])
+    nbformat.write(nb, tmp_path / "loop.ipynb")
+    code = cli_main(["grade", str(tmp_path / "loop.ipynb"), "--timeout", "600", "--time-limit", "20"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "longer than the 20 s limit (--time-limit)" in err
+
+
+def test_grading_runs_in_a_private_copy(tmp_path: Path, monkeypatch, capsys):
+    """Relative writes, even above the notebook's folder, land in the private copy; the submission and its
+    folder stay as they were."""
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+    folder = tmp_path / "course" / "alice"
+    folder.mkdir(parents=True)
+    (folder / "data.txt").write_text("input")
+    writes = (
+        "assert open('data.txt').read() == 'input'\n"
+        "open('data.txt', 'w').write('changed')\n"
+        "open('../escape.txt', 'w').write('x')\n"
+        "open('../../escape.txt', 'w').write('x')"
+    )
+    nb = _notebook([_cell("code", writes, "w", grade=True, locked=True, points=1)])
+    nbformat.write(nb, folder / "writes.ipynb")
+    before = (folder / "writes.ipynb").read_bytes()
+    assert cli_main(["grade", str(folder / "writes.ipynb"), "--timeout", "120"]) == 0, capsys.readouterr()
+    assert (folder / "data.txt").read_text() == "input"
+    assert not (tmp_path / "course" / "escape.txt").exists() and not (tmp_path / "escape.txt").exists()
+    assert sorted(p.name for p in folder.iterdir()) == ["data.txt", "writes.ipynb"]
+    assert (folder / "writes.ipynb").read_bytes() == before
+
+
+def test_shell_commands_in_test_cells_are_reported(tmp_path: Path, monkeypatch, capsys):
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+    tests = {"points": 1, "grade": True, "locked": True}
+    nb = _notebook(
+        [
+            _cell("code", "import os\nos.system('true')", "system", **tests),
+            _cell("code", "!true", "bang", **tests),
+            _cell("code", "import subprocess\nsubprocess.run(['true'])", "sub", **tests),
+            _cell("code", "assert 1 + 1 == 2", "plain", **tests),
+        ]
+    )
+    nbformat.write(nb, tmp_path / "shell.ipynb")
+    assert cli_main(["grade", str(tmp_path / "shell.ipynb"), "--timeout", "120"]) == 1
+    report = capsys.readouterr().out
+    assert _status_lines(report) == {"system": "fail", "bang": "fail", "sub": "fail", "plain": "pass"}
+    assert (
+        report.count("runs a shell command") >= 3
+        and "note: system: a test cell runs a shell command" in report
+    )
+
+
+def test_grade_help_says_it_runs_the_code(capsys):
+    with pytest.raises(SystemExit):
+        cli_main(["grade", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "runs the notebook's code" in text and "unprivileged user or in a container" in text
