@@ -495,3 +495,77 @@ def test_grade_help_says_it_runs_the_code(capsys):
         cli_main(["grade", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "runs the notebook's code" in text and "unprivileged user or in a container" in text
+
+
+# -- the instructor's guide, followed ---------------------------------------------------------------------------
+def _guide_blocks() -> list[str]:
+    text = (FOLDER / "README.md").read_text()
+    return re.findall(r"^```sh\n(.*?)^```$", text, re.S | re.M)
+
+
+def test_guide_installs_from_a_clone():
+    install = _guide_blocks()[0]
+    assert "git clone" in install and 'pip install -e ".[notebooks]" nbgrader' in install
+    assert "python -m emqsim assignments check" in install
+
+
+@pytest.mark.slow
+def test_instructor_guide_works_when_followed(tmp_path: Path):
+    """Steps 2 to 5 of README.md, run as written in a temporary folder (one assignment, for time): a course with
+    released student versions, the model solution autograded by real nbgrader, grades exported."""
+    pytest.importorskip("nbgrader")
+    script = "set -euo pipefail\n" + "\n".join(_guide_blocks()[1:])
+    env = {
+        **_env(),
+        "EMQSIM": str(ROOT),
+        "ASSIGNMENTS": "01-detection-latency",
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
+    proc = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    course = tmp_path / "queues-course"
+    released = course / "release" / "01-detection-latency" / "01-detection-latency.ipynb"
+    assert released.is_file() and (course / "release" / "STUDENTS.md").is_file()
+    assert BEGIN_SOLUTION not in released.read_text() and BEGIN_HIDDEN not in released.read_text()
+    import csv
+
+    rows = list(csv.DictReader((course / "grades.csv").open()))
+    demo = [r for r in rows if r["student_id"] == "demo-student"]
+    assert len(demo) == 1 and float(demo[0]["raw_score"]) == 6.0, rows
+
+
+def test_assignments_cli_release(tmp_path: Path, capsys):
+    assert cli_main(["assignments", "release", "--out", str(tmp_path / "rel")]) == 0
+    written = capsys.readouterr().out.split()
+    assert len(written) == len(NAMES) + 1 and (tmp_path / "rel" / "STUDENTS.md").is_file()
+    for name in NAMES:
+        text = (tmp_path / "rel" / name.removesuffix(".ipynb") / name).read_text()
+        assert (
+            BEGIN_SOLUTION not in text and BEGIN_HIDDEN not in text and "raise NotImplementedError()" in text
+        )
+    (tmp_path / "file").write_text("x")
+    assert cli_main(["assignments", "release", "--out", str(tmp_path / "file")]) == 2
+    assert "is a file" in capsys.readouterr().err
+
+
+def test_emqsim_imports_without_the_notebook_tools():
+    """The package, its CLI and the assignments module import without nbformat; the command says what to
+    install in one line."""
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('nbformat', 'nbclient', 'ipykernel'):\n"
+        "            raise ImportError(name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import emqsim, emqsim.grading, emqsim.assignments\n"
+        "from emqsim.cli import main\n"
+        "sys.exit(main(['assignments', 'release', '--out', 'x']))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=120
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "emqsim[notebooks]" in proc.stderr
