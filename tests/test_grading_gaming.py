@@ -49,8 +49,9 @@ def _alice_ci() -> str:
 
 def _alice_stale() -> str:
     """Assignment 4, question 1: alice's stale worker and time, copied as numbers; the run itself is bob's."""
-    frozen = standard("frozen", freeze_for=70.0, freeze_after=5.0, duration=40.0, workers=2)
-    run = simulate(frozen, TimeoutPolicy(timeout=60), seed=student_seed("04-fencing", "alice"))
+    seed = student_seed("04-fencing", "alice")
+    frozen = standard("frozen", freeze_for=70.0 + seed % 21, freeze_after=5.0, duration=40.0, workers=2)
+    run = simulate(frozen, TimeoutPolicy(timeout=60), seed=seed)
     stale = next(a for a in run.attempts if a.outcome == "duplicate_completion")
     return (
         "unfenced_run = simulate(FROZEN, TimeoutPolicy(timeout=60), seed=SEED)\n"

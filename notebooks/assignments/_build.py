@@ -1290,7 +1290,8 @@ only frozen (a long GC pause, a blocked event loop, a `SIGSTOP`). When it resume
 is no longer its own and reports it finished. If the queue accepts that **stale finish**, the job has completed
 twice.
 
-In this assignment one worker freezes for 70 s, 5 s into a 40-second job; a second worker is idle. You will
+In this assignment one worker freezes for `FREEZE_FOR` seconds (your own value, between 70 and 90 s), 5 s into a
+40-second job; a second worker is idle. You will
 see the stale finish under a fixed timeout, stop it with a **fencing token**, and show that a lease *without*
 the token check has the same problem (Kleppmann, *How to do distributed locking*, 2016).
 
@@ -1304,7 +1305,8 @@ from emqsim.grading import student_seed
 from emqsim.stats import summarize
 
 SEED = student_seed("04-fencing")  # your own seed: your numbers differ from your neighbour's
-FROZEN = standard("frozen", freeze_for=70.0, freeze_after=5.0, duration=40.0, workers=2)
+FREEZE_FOR = 70.0 + SEED % 21  # your own pause, 70 to 90 s
+FROZEN = standard("frozen", freeze_for=FREEZE_FOR, freeze_after=5.0, duration=40.0, workers=2)
 
 
 def show_attempts(run):
@@ -1358,7 +1360,7 @@ from emqsim.grading import as_number, student_seed
 from emqsim.stats import summarize
 
 SEED = student_seed("04-fencing")
-FROZEN = standard("frozen", freeze_for=70.0, freeze_after=5.0, duration=40.0, workers=2)
+FROZEN = standard("frozen", freeze_for=70.0 + SEED % 21, freeze_after=5.0, duration=40.0, workers=2)
 
 
 def duplicates(run):
@@ -1404,7 +1406,7 @@ from emqsim.grading import as_number, student_seed
 from emqsim.stats import summarize
 
 SEED = student_seed("04-fencing")
-FROZEN = standard("frozen", freeze_for=70.0, freeze_after=5.0, duration=40.0, workers=2)
+FROZEN = standard("frozen", freeze_for=70.0 + SEED % 21, freeze_after=5.0, duration=40.0, workers=2)
 
 
 def duplicates(run):
@@ -1461,7 +1463,7 @@ from emqsim.grading import as_number, student_seed
 from emqsim.stats import summarize
 
 SEED = student_seed("04-fencing")
-FROZEN = standard("frozen", freeze_for=70.0, freeze_after=5.0, duration=40.0, workers=2)
+FROZEN = standard("frozen", freeze_for=70.0 + SEED % 21, freeze_after=5.0, duration=40.0, workers=2)
 
 
 def duplicates(run):
@@ -1489,7 +1491,7 @@ for seed in (SEED + 1, SEED + 2):
     md("""
 ## Question 4 (2 points): over many pauses
 
-One run is an anecdote. Replace the fixed 70-second pause with a random one, uniform between 0 and 90 s:
+One run is an anecdote. Replace the fixed pause with a random one, uniform between 0 and 90 s:
 `standard("frozen", freeze_for=Uniform(0, 90), freeze_after=5.0, duration=40.0, workers=2)`. For each of the
 four policies below, run replications `r = 0, ..., 39` with `seed=SEED` and count the share of runs with at
 least one duplicate completion. Store the shares in a dict `duplicate_share` with exactly these keys:
@@ -1530,7 +1532,7 @@ from emqsim.grading import as_number, student_seed
 from emqsim.stats import summarize
 
 SEED = student_seed("04-fencing")
-FROZEN = standard("frozen", freeze_for=70.0, freeze_after=5.0, duration=40.0, workers=2)
+FROZEN = standard("frozen", freeze_for=70.0 + SEED % 21, freeze_after=5.0, duration=40.0, workers=2)
 
 
 def duplicates(run):
