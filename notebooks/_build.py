@@ -934,7 +934,7 @@ table[["label", "false_reclaim_rate", "detection_latency_mean", "detection_laten
 import math
 
 NEVER = workload.horizon  # a system that never detected a crash within the run is drawn at this ceiling
-never = [r["label"] for r in rows if not math.isfinite(field(r, "latency"))]
+never = [r["label"] for r in rows if field(r, "latency") is None or not math.isfinite(field(r, "latency"))]
 drawn = [
     {**r, FIELDS["latency"]: NEVER, FIELDS["latency_ci"]: None} if r["label"] in never else r for r in rows
 ]
@@ -947,7 +947,7 @@ ax.axvline(NEVER, color="grey", linestyle="--")
 ax.text(NEVER, 0.98, " never detected ", transform=ax.get_xaxis_transform(), ha="right", va="top", color="grey")
 ax.figure.set_size_inches(9, 5.5)
 say(
-    "Drawn at the \"never detected\" ceiling (no crash recovered within the run): "
+    "Drawn at the never-detected ceiling (no crash recovered within the run): "
     + (", ".join(never) if never else "none")
     + "."
 )
