@@ -112,6 +112,7 @@ def explorer(column="fast-dead", rule="lease", lease=30, beat=10, timeout=600, f
                 status.value = f"not a valid setting: {exc}"
                 return
             ax = plots.timeline(run)
+            ax.figure.set_dpi(72)  # a screen-sized image: the redraw stays fast
             display(ax.figure)
             plt.close(ax.figure)
         verdict = plots.verdict(run)
