@@ -569,3 +569,41 @@ def test_emqsim_imports_without_the_notebook_tools():
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "emqsim[notebooks]" in proc.stderr
+
+
+def test_assignments_cli_check(tmp_path: Path, monkeypatch, capsys):
+    """`assignments check` on a small source folder: the solution passes and the release scores 0 (exit 0);
+    a solution that fails its own tests is reported (exit 1)."""
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+
+    def assignment(answer: int) -> nbformat.NotebookNode:
+        return _notebook(
+            [
+                _cell(
+                    "code",
+                    f"def f():\n    ### BEGIN SOLUTION\n    return {answer}\n    ### END SOLUTION",
+                    "q",
+                    solution=True,
+                ),
+                _cell(
+                    "code",
+                    "assert f() in (2, 3)\n### BEGIN HIDDEN TESTS\nassert f() == 2\n### END HIDDEN TESTS",
+                    "t",
+                    grade=True,
+                    locked=True,
+                    points=1,
+                ),
+            ]
+        )
+
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir()
+    bad.mkdir()
+    nbformat.write(assignment(2), good / "a.ipynb")
+    nbformat.write(assignment(3), bad / "a.ipynb")
+    assert cli_main(["assignments", "check", "--source", str(good), "--timeout", "120"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^a\.ipynb\s+1 / 1\s+0 / 1\s+\d+ s\s+ok$", out, re.M), out
+    assert cli_main(["assignments", "check", "--source", str(bad), "--timeout", "120"]) == 1
+    assert "the solution fails t" in capsys.readouterr().out
+    assert cli_main(["assignments", "check", "--source", str(tmp_path / "none")]) == 2
