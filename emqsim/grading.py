@@ -403,6 +403,8 @@ def _snapshot() -> dict[tuple[str, str], Any]:
     import numpy
 
     import emqsim
+    import emqsim.analytic
+    import emqsim.grading
     import emqsim.protocol
     import emqsim.stats  # noqa: F401
 

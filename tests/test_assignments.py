@@ -44,6 +44,7 @@ NAMES = [
     "02-tuning-under-pauses.ipynb",
     "03-write-a-policy.ipynb",
     "04-fencing.ipynb",
+    "05-missed-heartbeats.ipynb",
 ]
 CELL_TIMEOUT = 300  # generous: the machine may be busy with other tests; cells take seconds alone
 
@@ -108,7 +109,7 @@ def _regions(source: str, begin: str, end: str) -> tuple[list[str], list[str]]:
 
 
 # -- the files ------------------------------------------------------------------------------------------------
-def test_there_are_four_assignments():
+def test_there_are_five_assignments():
     assert [p.name for p in SOURCES] == NAMES
     assert (FOLDER / "README.md").is_file()
 

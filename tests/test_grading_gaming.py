@@ -169,6 +169,27 @@ CASES: dict[tuple[str, str], tuple[dict[str, str], list[str] | None]] = {
         ["q3-lease-tests"],
     ),
     ("04-fencing", "copied-numbers"): ({"q1-timeout": "@alice_stale"}, ["q1-timeout-tests"]),
+    ("05-missed-heartbeats", "visible-answers"): (
+        {
+            "q1-losses": "def losses_to_lapse(lease, beat):\n    return {(30.0, 10.0): 3, (30.0, 5.0): 6}.get((lease, beat), 1)",
+            "q2-runs": "def lapse_probability(renewals, k, p):\n"
+            "    return 0.0 if renewals < k else 1 - (1 - p**k) ** (renewals - k + 1)  # not exact",
+        },
+        ["q1-losses-tests", "q2-runs-tests"],
+    ),
+    ("05-missed-heartbeats", "one-choice-for-all"): (
+        {
+            "q3-choose": "def choose(loss, max_requests):\n    return (30.0, 5.0) if loss < 0.2 else (45.0, 5.0)"
+        },
+        ["q3-choose-tests"],
+    ),
+    ("05-missed-heartbeats", "shadow-helper"): (
+        {
+            "q3-choose": "def choose(loss, max_requests):\n    return 10.0, 5.0\n\n\n"
+            "def check(*args, **kwargs):\n    return None\n\n\nfrom emqsim import analytic\n\nanalytic.run_probability = lambda *a: 0.0"
+        },
+        ["q3-choose-tests"],
+    ),
 }
 SPECIALS = {"@alice_ci": _alice_ci, "@alice_stale": _alice_stale}
 SOLUTIONS = [(name, "solution") for name in sorted({a for a, _ in CASES})]
