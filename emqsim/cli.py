@@ -309,12 +309,9 @@ def build_parser() -> Parser:
         metavar="SOURCE",
         help="the instructor's source notebook: its locked and test cells (hidden tests too) replace the file's",
     )
-    try:
-        from emqsim.assignments import add_assignments_parser
-    except ImportError:  # pragma: no cover - the module is part of the package
-        add_assignments_parser = None
-    if add_assignments_parser is not None:
-        add_assignments_parser(sub)
+    from emqsim.assignments import add_assignments_parser
+
+    add_assignments_parser(sub)
 
     try:
         from emqsim.live import add_live_arguments
