@@ -444,7 +444,6 @@ import math
 import numpy as np
 
 from emqsim import Exponential, Fixed, LeasePolicy, LogNormal, RandomFaults, Scenario, Uniform, simulate
-from emqsim.grading import student_seed
 from emqsim.stats import aggregate, summarize
 
 PAUSES = LogNormal(median=1.0, sigma=1.0)  # GC pause lengths, seconds
@@ -454,7 +453,7 @@ SCAN = 2.0  # the reaper's sweep period (s)
 MIN_BEAT = 2.0  # at most one heartbeat every 2 s
 BUDGET = 0.01  # false reclaims per job: upper end of the 95% CI
 TARGET_LATENCY = 18.0  # seconds, mean detection latency
-PRACTICE_SEEDS = [student_seed("02-tuning-under-pauses")]  # your own; the grader also uses seeds you never see
+PRACTICE_SEEDS = [1]  # use these while exploring; the grader checks them and seeds you never see
 
 
 def gc_scenario(jobs=200):
@@ -707,7 +706,7 @@ show(evaluate(LEASE, BEAT, PRACTICE_SEEDS))
         ["LEASE", "BEAT"],
         """
 from emqsim import Fixed, LeasePolicy, LogNormal, RandomFaults, Scenario, simulate
-from emqsim.grading import as_number, student_seed
+from emqsim.grading import as_number
 from emqsim.stats import aggregate, summarize
 
 lease, beat = as_number(LEASE, "LEASE"), as_number(BEAT, "BEAT")
@@ -737,7 +736,7 @@ def check(seeds):
     assert row["detections"] > 0 and latency <= 18.0, f"mean detection {latency:.2f} s is too slow"
 
 
-check([student_seed("02-tuning-under-pauses")])
+check([1])
 """,
         """
 HIDDEN_SEEDS = [9173, 40221]  # instructors: change these each term (see README.md)
