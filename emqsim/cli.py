@@ -588,10 +588,30 @@ def build_parser() -> Parser:
     p.add_argument("--quick", action="store_true", help="fewer replications (for tests)")
 
     p = sub.add_parser(
-        "grade", help="check an assignment notebook without nbgrader (pip install 'emqsim[notebooks]')"
+        "grade",
+        help="check an assignment notebook without nbgrader (runs the notebook's code; "
+        "pip install 'emqsim[notebooks]')",
+        description="Run an assignment notebook in a private copy of its folder and score its test cells. This "
+        "runs the notebook's code: run it as an unprivileged user or in a container for untrusted submissions.",
     )
     p.add_argument("notebook", type=existing_file, help="the assignment notebook (.ipynb)")
     p.add_argument("--timeout", type=seconds, default=600.0, help="per-cell timeout (default 600)")
+    p.add_argument(
+        "--time-limit",
+        type=seconds,
+        default=3600.0,
+        help="wall-clock limit for the whole grading (default 3600)",
+    )
+    p.add_argument("--student", metavar="ID", help="the student id the per-student seeds derive from")
+    p.add_argument(
+        "--against",
+        type=existing_file,
+        metavar="SOURCE",
+        help="the instructor's source notebook: its locked and test cells (hidden tests too) replace the file's",
+    )
+    from emqsim.assignments import add_assignments_parser
+
+    add_assignments_parser(sub)
 
     live_help = "run the lease protocol on a real Redis with real processes"
     if missing_extra("live"):  # the subcommand stays; running it (even --help) names the extra to install
@@ -1618,7 +1638,19 @@ def cmd_grade(args: argparse.Namespace) -> int:
         raise ConfigError(problem)
     from emqsim.grading import grade_notebook
 
-    return grade_notebook(args.notebook, timeout=args.timeout)
+    return grade_notebook(
+        args.notebook,
+        timeout=args.timeout,
+        time_limit=args.time_limit,
+        student=args.student,
+        against=args.against,
+    )
+
+
+def cmd_assignments(args: argparse.Namespace) -> int:
+    from emqsim.assignments import main_assignments
+
+    return main_assignments(args)
 
 
 COMMANDS = {
@@ -1632,6 +1664,7 @@ COMMANDS = {
     "fields": cmd_fields,
     "figures": cmd_figures,
     "grade": cmd_grade,
+    "assignments": cmd_assignments,
 }
 
 

@@ -11,13 +11,35 @@ module does the same two jobs for people without an nbgrader course:
 * `grade_notebook(path)` (`python -m emqsim grade NOTEBOOK`) runs the notebook in its own folder and scores each
   autograded test cell with nbgrader's rule: an error, or anything written to stderr, scores 0; a number as the
   cell's result is partial credit; anything else scores full points.
+
+Grading executes the notebook's code. `grade` runs it in a temporary copy of the notebook's folder, in a child
+process with resource limits and a wall-clock limit, and kills every process the notebook started before it
+returns; it cannot stop code from reading or writing files the grading user may touch. Run it as an
+unprivileged user or in a container for untrusted submissions.
+
+The test cells of the assignments call `check_answers`: the checks run in a fresh Python process on the
+student's answer cells read from the notebook file, with the answers handed over by name, after a check that
+the answers left the libraries untouched. `grade` runs those checks itself, outside the notebook's kernel, so
+nothing the notebook does inside its kernel can change their verdict.
 """
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import getpass
 import hashlib
+import io
+import json
+import os
 import re
+import shutil
+import signal
 import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,6 +220,335 @@ def generate_student_version(src: Path, dst: Path) -> None:
     nbformat.write(nb, str(dst))
 
 
+# -- who is working, and their seed ----------------------------------------------------------------------------
+STUDENT_ENV = "EMQSIM_STUDENT_ID"
+GRADING_ENV = "EMQSIM_GRADING"  # "external" in the kernels `grade` starts: the grader runs the checks itself
+
+
+def student_id(folder: Path | str | None = None) -> str:
+    """The id of the student whose notebook runs, in this order:
+
+    1. under `nbgrader autograde` (NBGRADER_EXECUTION=autograde), the `<id>` of the folder
+       `autograded/<id>/<assignment>/` the notebook runs in;
+    2. the environment variable EMQSIM_STUDENT_ID (`python -m emqsim grade --student ID` sets it);
+    3. JUPYTERHUB_USER (on JupyterHub, nbgrader's student id is the hub user name);
+    4. the login name; "student" if there is none.
+    """
+    here = Path.cwd() if folder is None else Path(folder)
+    if os.environ.get("NBGRADER_EXECUTION") == "autograde":
+        parts = here.resolve().parts
+        if len(parts) >= 3 and parts[-3] == "autograded":
+            return parts[-2]
+    for name in (STUDENT_ENV, "JUPYTERHUB_USER"):
+        value = os.environ.get(name, "").strip()
+        if value:
+            return value
+    try:
+        return getpass.getuser() or "student"
+    except Exception:  # no login name (some containers)
+        return "student"
+
+
+def student_seed(assignment: str, student: str | None = None) -> int:
+    """A seed of this student's own for `assignment` (0 <= seed < 10**6): numbers copied from another student's
+    notebook do not match the numbers the grader recomputes for this one."""
+    who = student_id() if student is None else student
+    digest = hashlib.sha256(f"emqsim/{assignment}/{who}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") % 1_000_000
+
+
+# -- checks that run outside the student's namespace ----------------------------------------------------------
+CHECK_TIMEOUT = 900.0
+_CHECK_CALLS = ("check_answers", "_check_answers")
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The verdict of one test cell's checks: passed or not, and a short message for the student."""
+
+    ok: bool
+    message: str
+
+
+def as_number(value: Any, what: str) -> float:
+    """`value` as a plain float, or an AssertionError saying that `what` must be a number (not a bool, not an
+    object that only claims to equal everything)."""
+    import numbers
+
+    assert isinstance(value, numbers.Real) and not isinstance(value, bool), (
+        f"{what} must be a number, got {type(value).__name__}"
+    )
+    number = float(value)
+    assert type(number) is float
+    return number
+
+
+def check_answers(
+    notebook: str, test_id: str, names: Sequence[str], checks: str, *, timeout: float = CHECK_TIMEOUT
+) -> None:
+    """Run a test cell's `checks` (Python source) on the answers called `names`, in a fresh Python process that
+    re-runs the notebook's locked and answer cells from the saved file `notebook`. Raises AssertionError with
+    the first failed check; prints a confirmation otherwise. Under `python -m emqsim grade` the grader runs
+    the same checks itself, outside this kernel, and this call only says so."""
+    if os.environ.get(GRADING_ENV) == "external":
+        print(f"{test_id}: checked by the grader, outside this kernel")
+        return
+    path = Path.cwd() / notebook
+    if not path.is_file():
+        raise AssertionError(
+            f"{notebook} is not in this folder: the checks read your saved answers from it (keep its name)"
+        )
+    for note in _unsaved_answers(path, test_id):
+        print(note)
+    result = run_checks(path, test_id, names, checks, timeout=timeout)
+    if not result.ok:
+        raise AssertionError(result.message)
+    print(result.message)
+
+
+def _unsaved_answers(path: Path, test_id: str) -> list[str]:
+    """Answer cells whose saved text differs from everything this kernel ran (the student forgot to save)."""
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        ran = {source.strip() for source in shell.history_manager.input_hist_raw} if shell else None
+    except Exception:
+        return []
+    if not ran:
+        return []
+    try:
+        cells = _cells_before(_read(path), test_id)
+    except ConfigError:
+        return []
+    return [
+        f"note: the saved {label} differs from what you ran; save the notebook (Ctrl-S): the checks read the file"
+        for label, source, solution in cells
+        if solution and source.strip() not in ran
+    ]
+
+
+def _cells_before(nb: Any, test_id: str) -> list[tuple[str, str, bool]]:
+    """(label, source, is answer) of the code cells the checks of `test_id` re-run: the locked cells and the
+    answer cells above it. Other test cells and unmarked scratch cells are left out."""
+    out = []
+    for index, cell in enumerate(nb.cells):
+        meta = _meta(cell)
+        if meta.get("grade_id") == test_id:
+            return out
+        if cell.get("cell_type") != "code" or is_autograded(cell):
+            continue
+        if is_solution(cell) or is_locked(cell):
+            out.append((f"cell {meta.get('grade_id') or index}", cell.source, is_solution(cell)))
+    raise ConfigError(f"no test cell {test_id!r} in the notebook")
+
+
+def _kill_group(proc: subprocess.Popen[Any]) -> None:
+    """Kill `proc`'s whole process group (it was started in a session of its own)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        proc.wait(timeout=10)
+
+
+def run_checks(
+    path: Path | str, test_id: str, names: Sequence[str], checks: str, *, timeout: float = CHECK_TIMEOUT
+) -> CheckResult:
+    """The verdict of `checks` on the answers `names` of the notebook file `path`, from a fresh process (in its
+    own process group, killed at the end) started in the notebook's folder."""
+    path = Path(path).resolve()
+    nonce = os.urandom(16).hex()
+    request = json.dumps(
+        {"notebook": str(path), "test_id": test_id, "names": list(names), "checks": checks, "nonce": nonce}
+    )
+    env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore"}
+    env.pop(GRADING_ENV, None)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-P", "-c", "from emqsim.grading import _check_main; _check_main()"],
+            cwd=path.parent,
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=err,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            proc.stdin.write(request.encode())  # type: ignore[union-attr]
+            proc.stdin.close()  # type: ignore[union-attr]
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return CheckResult(False, f"{test_id}: the checks did not finish within {timeout:g} s")
+        finally:
+            _kill_group(proc)
+        out.seek(0)
+        for line in reversed(out.read().decode(errors="replace").splitlines()):
+            if line.startswith(nonce):
+                verdict = json.loads(line[len(nonce) :])
+                return CheckResult(bool(verdict["ok"]), str(verdict["message"]))
+        err.seek(0)
+        lines = err.read().decode(errors="replace").strip().splitlines()
+        tail = f": {_one_line(lines[-1])}" if lines else ""
+    return CheckResult(False, f"{test_id}: the checks stopped without a verdict (did an answer exit?){tail}")
+
+
+def _snapshot() -> dict[tuple[str, str], Any]:
+    """What the answers must leave alone: the attributes of Python's builtins, math, statistics, NumPy and every
+    loaded emqsim module, the contents of emqsim's classes and dicts, and the code of emqsim's functions."""
+    import builtins
+    import math
+    import statistics
+    import types
+
+    import numpy
+
+    import emqsim
+    import emqsim.analytic
+    import emqsim.grading
+    import emqsim.protocol
+    import emqsim.stats  # noqa: F401
+
+    snap: dict[tuple[str, str], Any] = {}
+    for module in (builtins, math, statistics, numpy):
+        for key, value in list(vars(module).items()):
+            snap[(module.__name__, key)] = value
+    for name, module in sorted(sys.modules.items()):
+        if not (name == "emqsim" or name.startswith("emqsim.")) or module is None:
+            continue
+        for key, value in list(vars(module).items()):
+            where = f"{name}.{key}"
+            snap[(name, key)] = value
+            if isinstance(value, type) and value.__module__ == name:
+                snap[(where, "*keys*")] = frozenset(vars(value)) - _CACHES
+                for attr, member in vars(value).items():
+                    snap[(where, attr)] = member
+                    if isinstance(member, types.FunctionType):
+                        snap[(f"{where}.{attr}", "*code*")] = (member.__code__, member.__defaults__)
+            elif isinstance(value, types.FunctionType) and value.__module__ == name:
+                snap[(where, "*code*")] = (value.__code__, value.__defaults__, value.__kwdefaults__)
+            elif isinstance(value, dict):
+                snap[(where, "*items*")] = list(value.items())
+    return snap
+
+
+def _changed(snap: dict[tuple[str, str], Any]) -> str | None:
+    """The first thing in `snap` that is no longer as it was, or None."""
+    import types
+
+    for (where, key), before in snap.items():
+        if key == "*keys*":
+            module, _, cls = where.rpartition(".")
+            now: Any = frozenset(vars(getattr(sys.modules[module], cls))) - _CACHES
+            if now != before:
+                return f"{where} (attributes {sorted(now ^ before)[:3]})"
+            continue
+        if key == "*code*":
+            owner, _, name = where.rpartition(".")
+            holder = sys.modules.get(owner)
+            if holder is None:
+                module, _, cls = owner.rpartition(".")
+                holder = getattr(sys.modules[module], cls)
+            fn = vars(holder).get(name)
+            if isinstance(fn, types.FunctionType):
+                now = (
+                    (fn.__code__, fn.__defaults__)
+                    if len(before) == 2
+                    else (fn.__code__, fn.__defaults__, fn.__kwdefaults__)
+                )
+                if any(a is not b for a, b in zip(now, before, strict=True)):
+                    return f"{where} (its code)"
+            continue
+        if key == "*items*":
+            owner, _, name = where.rpartition(".")
+            value = vars(sys.modules[owner]).get(name)
+            if (
+                not isinstance(value, dict)
+                or len(value) != len(before)
+                or any(value.get(k, _MISSING) is not v for k, v in before)
+            ):
+                return f"{where} (its contents)"
+            continue
+        holder = sys.modules.get(where)
+        if holder is None:
+            module, _, cls = where.rpartition(".")
+            holder = getattr(sys.modules[module], cls)
+        if vars(holder).get(key, _MISSING) is not before:
+            return f"{where}.{key}"
+    return None
+
+
+_MISSING = object()
+_CACHES = frozenset({"__slotnames__"})  # copyreg caches this on a class the first time it is deep-copied
+
+
+class _NoShell:
+    """`get_ipython()` inside the checks: magics and shell commands in answer cells do nothing there."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
+def _as_python(source: str) -> str:
+    """A cell's source as plain Python (IPython magics and `!cmd` lines become calls of get_ipython())."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except ImportError:
+        return source
+    return TransformerManager().transform_cell(source)
+
+
+def _check_main() -> None:
+    """The checks' process: read the request from stdin, re-run the locked and answer cells, check that they
+    left the libraries alone, run the checks on the named answers, and print the verdict after the nonce."""
+    import traceback
+    import warnings
+
+    request = json.loads(sys.stdin.read())
+    nonce = request.pop("nonce")
+    verdict_fd = os.dup(1)
+    sink = open(os.devnull, "w")  # noqa: SIM115 - the answers' own output goes nowhere
+    os.dup2(sink.fileno(), 1)
+    sys.stdout = sink
+    test_id = request["test_id"]
+
+    def verdict(ok: bool, message: str) -> None:
+        os.write(verdict_fd, (nonce + json.dumps({"ok": ok, "message": message}) + "\n").encode())
+        os._exit(0)
+
+    try:
+        cells = _cells_before(_read(request["notebook"]), test_id)
+        snap = _snapshot()
+    except Exception as exc:
+        verdict(False, _one_line(f"{test_id}: cannot prepare the checks: {type(exc).__name__}: {exc}", 300))
+    warnings.simplefilter("ignore")
+    namespace: dict[str, Any] = {"__name__": "__main__", "get_ipython": _NoShell}
+    for label, source, _ in cells:
+        try:
+            exec(compile(_as_python(source), f"<{label}>", "exec"), namespace)
+        except BaseException as exc:  # SystemExit too: an answer may not end the checks
+            verdict(False, _one_line(f"{test_id}: {label} raises {type(exc).__name__}: {exc}", 300))
+    changed = _changed(snap)
+    if changed is not None:
+        verdict(
+            False, f"{test_id}: your answer cells change {changed}; answers may not modify Python or emqsim"
+        )
+    missing = [name for name in request["names"] if name not in namespace]
+    if missing:
+        verdict(False, f"{test_id}: {', '.join(missing)} not defined by the answer cells (run top to bottom)")
+    scope = {"__name__": "__checks__", **{name: namespace[name] for name in request["names"]}}
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            exec(compile(request["checks"], f"<{test_id} checks>", "exec"), scope)
+    except BaseException as exc:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith("checks>")]
+        where = f" (check line {frames[-1].lineno})" if frames else ""
+        text = str(exc) if isinstance(exc, AssertionError) and str(exc) else f"{type(exc).__name__}: {exc}"
+        verdict(False, _one_line(f"{test_id}: {text}{where}", 400))
+    shown = printed.getvalue().strip().splitlines()[:12]
+    verdict(True, "\n".join([*shown, f"{test_id}: all checks pass"]))
+
+
 # -- grading --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CellGrade:
@@ -349,17 +700,288 @@ def _execute(nb: Any, folder: Path, timeout: float) -> tuple[dict[int, str], str
     raise ConfigError(f"cannot start a python3 kernel ({KERNEL_START_TRIES} tries): {message}")
 
 
-def grade(path: Path | str, *, timeout: float = 600) -> GradeReport:
-    """Execute the notebook at `path` in its own folder (cell timeout `timeout` s) and grade its test cells."""
+GRADE_TIME_LIMIT = 3600.0
+FOLDER_LIMIT_BYTES = 200 * 1024 * 1024
+_IGNORED = shutil.ignore_patterns(".git", ".ipynb_checkpoints", "__pycache__", ".venv", "node_modules")
+_SHELL = re.compile(
+    r"(^\s*!|^\s*%%?(?:sx|system|bash|sh|script)\b|\bos\s*\.\s*(?:system|popen|exec\w*|spawn\w*|fork)\b|"
+    r"\bsubprocess\b|\bpty\b|\bgetoutput\b|\bcommands\b)",
+    re.M,
+)
+
+
+def shell_command(source: str) -> str | None:
+    """The first shell-command call in a cell's source (`os.system`, `subprocess`, `!cmd`, `%%bash`, ...)."""
+    match = _SHELL.search(source)
+    return None if match is None else " ".join(match.group(0).split())
+
+
+def _check_call(source: str) -> tuple[str, list[str], str] | None:
+    """(test id, answer names, checks) of a test cell that calls check_answers with literal arguments."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+        if name not in _CHECK_CALLS or len(node.args) < 4:
+            continue
+        try:
+            _, test_id, names, checks = (ast.literal_eval(arg) for arg in node.args[:4])
+        except ValueError:
+            return None
+        if isinstance(test_id, str) and isinstance(checks, str) and isinstance(names, list | tuple):
+            return test_id, [str(n) for n in names], checks
+    return None
+
+
+def restore_from_source(nb: Any, source: Any, name: str) -> Any:
+    """What nbgrader's autograde does before running a submission: the locked and test cells come back from the
+    instructor's source notebook (hidden tests included), matched by grade_id; the answer cells stay."""
+    wanted = {
+        _meta(c)["grade_id"]: c
+        for c in source.cells
+        if _meta(c).get("grade_id") and not is_solution(c) and (is_locked(c) or is_grade(c))
+    }
+    seen = set()
+    for index, cell in enumerate(nb.cells):
+        grade_id = _meta(cell).get("grade_id")
+        if grade_id in wanted:
+            original = wanted[grade_id]
+            nb.cells[index] = type(original)(
+                {k: v for k, v in original.items() if k not in ("outputs", "execution_count")}
+            )
+            if original.cell_type == "code":
+                nb.cells[index]["outputs"], nb.cells[index]["execution_count"] = [], None
+            seen.add(grade_id)
+        elif is_autograded(cell):
+            raise ConfigError(
+                f"{name}: test cell {grade_id!r} is not in the source notebook; wrong assignment?"
+            )
+    missing = sorted(set(wanted) - seen)
+    if missing:
+        raise ConfigError(
+            f"{name}: cell {missing[0]!r} of the assignment was deleted; restore it and grade again"
+        )
+    return nb
+
+
+def _copy_folder(folder: Path, dest: Path) -> None:
+    """A private copy of the submission's folder (the notebook may read files next to it)."""
+    total = 0
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not _IGNORED(root, [d])]
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, f)).st_size
+        if total > FOLDER_LIMIT_BYTES:
+            raise ConfigError(
+                f"the folder {folder.name!r} holds more than {FOLDER_LIMIT_BYTES >> 20} MB; put the notebook in a "
+                "folder of its own and grade it there"
+            )
+    shutil.copytree(folder, dest, ignore=_IGNORED, symlinks=True)
+
+
+def _children() -> dict[int, list[int]]:
+    """Parent pid -> child pids, from /proc (empty where there is no /proc)."""
+    tree: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    stat = fh.read().decode(errors="replace")
+            except OSError:
+                continue
+            ppid = int(stat.rpartition(")")[2].split()[1])
+            tree.setdefault(ppid, []).append(int(entry))
+    return tree
+
+
+def _descendants(pid: int) -> list[int]:
+    tree, out, todo = _children(), [], [pid]
+    while todo:
+        for child in tree.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def kill_tree(pid: int, *, include_root: bool = True) -> None:
+    """SIGKILL `pid`'s descendants (and `pid`), repeatedly until none are left: nothing outlives grading."""
+    for _ in range(20):
+        victims = _descendants(pid) + ([pid] if include_root else [])
+        alive = False
+        for victim in victims:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(victim, signal.SIGKILL)
+                alive = True
+        if not alive:
+            return
+        time.sleep(0.05)
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+
+
+def _limit_resources(time_limit: float) -> None:
+    """Resource limits for the executing process and the kernel it starts, where the OS has them."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return
+    limits = {
+        "RLIMIT_CORE": 0,
+        "RLIMIT_FSIZE": 1 << 30,  # no single file above 1 GiB
+        "RLIMIT_AS": 8 << 30,  # 8 GiB of address space
+        "RLIMIT_CPU": int(time_limit) + 60,
+    }
+    for name, value in limits.items():
+        which = getattr(resource, name, None)
+        if which is None:
+            continue
+        with contextlib.suppress(ValueError, OSError):
+            _, hard = resource.getrlimit(which)
+            resource.setrlimit(which, (value if hard == resource.RLIM_INFINITY else min(value, hard), hard))
+
+
+def _execute_main() -> None:
+    """The executing process `grade` starts: adopt orphans, limit resources, run the notebook, write it back,
+    kill every process the notebook left behind."""
+    import nbformat
+
+    request = json.loads(Path(sys.argv[1]).read_text())
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans of the kernel stay ours
+    _limit_resources(request["time_limit"])
+    nb = nbformat.read(request["notebook"], as_version=4)
+    try:
+        reply_errors, stopped = _execute(nb, Path(request["folder"]), request["timeout"])
+        result = {"reply_errors": reply_errors, "stopped": stopped}
+    except ConfigError as exc:
+        result = {"error": str(exc)}
+    finally:
+        kill_tree(os.getpid(), include_root=False)
+    nbformat.write(nb, request["out"])
+    Path(request["result"]).write_text(json.dumps(result))
+
+
+def _execute_isolated(
+    target: Path, timeout: float, time_limit: float, env: dict[str, str]
+) -> tuple[Any, dict[int, str], str | None]:
+    """Run the notebook `target` (in its private folder) in a child process with a wall-clock limit."""
+    import nbformat
+
+    with tempfile.TemporaryDirectory(prefix="emqsim-run-") as private:
+        request = Path(private) / "request.json"
+        out, result = Path(private) / "executed.ipynb", Path(private) / "result.json"
+        request.write_text(
+            json.dumps(
+                {
+                    "notebook": str(target),
+                    "folder": str(target.parent),
+                    "timeout": timeout,
+                    "time_limit": time_limit,
+                    "out": str(out),
+                    "result": str(result),
+                }
+            )
+        )
+        with open(Path(private) / "stderr.txt", "wb") as err:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-P",
+                    "-c",
+                    "from emqsim.grading import _execute_main; _execute_main()",
+                    str(request),
+                ],
+                cwd=target.parent,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                env=env,
+                start_new_session=True,
+            )
+            try:
+                proc.wait(timeout=time_limit)
+            except subprocess.TimeoutExpired:
+                raise ConfigError(
+                    f"{target.name} ran longer than the {time_limit:g} s limit (--time-limit); nothing was graded"
+                ) from None
+            finally:
+                kill_tree(proc.pid)
+                _kill_group(proc)
+        if not result.exists():
+            lines = (Path(private) / "stderr.txt").read_text(errors="replace").strip().splitlines()
+            why = _one_line(lines[-1]) if lines else f"exit status {proc.returncode}"
+            raise ConfigError(f"running {target.name} failed: {why}")
+        outcome = json.loads(result.read_text())
+        if "error" in outcome:
+            raise ConfigError(outcome["error"])
+        nb = nbformat.read(out, as_version=4)
+    return nb, {int(k): v for k, v in outcome["reply_errors"].items()}, outcome["stopped"]
+
+
+def grade(
+    path: Path | str,
+    *,
+    timeout: float = 600,
+    time_limit: float = GRADE_TIME_LIMIT,
+    student: str | None = None,
+    against: Path | str | None = None,
+) -> GradeReport:
+    """Grade the notebook at `path`: run it in a private copy of its folder (cell timeout `timeout` s, the whole
+    run within `time_limit` s), then score its test cells. `against`: the instructor's source notebook, whose
+    locked and test cells (hidden tests included) replace the submission's, as nbgrader's autograde does.
+    `student`: the id the per-student seeds derive from (default: see `student_id`)."""
+    import nbformat
+
     path = Path(path)
-    if not (isinstance(timeout, int | float) and timeout > 0):
-        raise ConfigError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    for label, value in (("timeout", timeout), ("time limit", time_limit)):
+        if not (isinstance(value, int | float) and not isinstance(value, bool) and value > 0):
+            raise ConfigError(f"{label} must be a positive number of seconds, got {value!r}")
+    if student is not None and not re.fullmatch(r"[A-Za-z0-9_.@\-]{1,100}", student):
+        raise ConfigError(f"student id {student!r}: use letters, digits and _ . @ - only")
     nb = _read(path)
+    if against is not None:
+        nb = restore_from_source(nb, _read(against), path.name)
     if not any(is_autograded(c) for c in nb.cells):
         raise ConfigError(
             f"{path.name} has no autograded test cells (nbgrader metadata grade: true); is it an assignment?"
         )
-    reply_errors, stopped = _execute(nb, path.resolve().parent, timeout)
+    deadline = time.monotonic() + time_limit
+    env = {**os.environ, GRADING_ENV: "external"}
+    if student is not None:
+        env[STUDENT_ENV] = student
+    with tempfile.TemporaryDirectory(prefix="emqsim-grade-") as tmp:
+        work = Path(tmp) / "work"
+        _copy_folder(path.resolve().parent, work)
+        target = work / path.name
+        nbformat.write(nb, str(target))
+        executed, reply_errors, stopped = _execute_isolated(target, timeout, time_limit, env)
+        check_env = {k: v for k, v in env.items() if k != GRADING_ENV}
+        cells, notes = _score(executed, reply_errors, target, deadline, time_limit, check_env)
+    if stopped:
+        notes.append(stopped)
+    return GradeReport(path.name, cells, notes)
+
+
+def _score(
+    nb: Any,
+    reply_errors: dict[int, str],
+    target: Path,
+    deadline: float,
+    time_limit: float,
+    env: dict[str, str],
+) -> tuple[list[CellGrade], list[str]]:
+    """The grade of every graded cell, and notes on errors outside the test cells."""
     cells: list[CellGrade] = []
     notes: list[str] = []
     for index, cell in enumerate(nb.cells):
@@ -367,12 +989,31 @@ def grade(path: Path | str, *, timeout: float = 600) -> GradeReport:
         outputs = cell.get("outputs", []) if cell.cell_type == "code" else []
         if is_autograded(cell):
             max_points = float(meta["points"])
+            shell = shell_command(cell.source)
+            if shell is not None:
+                cells.append(
+                    CellGrade(meta["grade_id"], 0.0, max_points, "fail", f"runs a shell command ({shell})")
+                )
+                notes.append(f"{meta['grade_id']}: a test cell runs a shell command ({shell}); it scores 0")
+                continue
             ran = cell.get("execution_count") is not None or outputs or index in reply_errors
             error = _error_of(outputs, reply_errors.get(index)) if ran else "did not run"
+            call = _check_call(cell.source)
+            if error is None and call is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ConfigError(
+                        f"{target.name} ran longer than the {time_limit:g} s limit (--time-limit); nothing was graded"
+                    )
+                with _environment(env):
+                    result = run_checks(
+                        target, call[0], call[1], call[2], timeout=min(CHECK_TIMEOUT, remaining)
+                    )
+                error = None if result.ok else _one_line(result.message.removeprefix(f"{call[0]}: "), 160)
             if error is not None:
                 cells.append(CellGrade(meta["grade_id"], 0.0, max_points, "fail", error))
                 continue
-            got = _partial(outputs, max_points)
+            got = _partial(outputs, max_points) if call is None else None
             got = max_points if got is None else got
             status = "pass" if got == max_points else ("fail" if got == 0 else "partial")
             cells.append(CellGrade(meta["grade_id"], got, max_points, status))
@@ -390,15 +1031,33 @@ def grade(path: Path | str, *, timeout: float = 600) -> GradeReport:
                     notes.append(f"{label}: NotImplementedError (it calls an answer not written yet)")
                 else:
                     notes.append(f"{label}: {error}")
-    if stopped:
-        notes.append(stopped)
-    return GradeReport(path.name, cells, notes)
+    return cells, notes
 
 
-def grade_notebook(path: Path | str, *, timeout: float = 600) -> int:
-    """Grade a notebook for a student working alone: run it, print `question  points  status` per test cell,
-    and return 0 if every autograded cell passes, else 1 (the exit status of `python -m emqsim grade`)."""
-    report = grade(path, timeout=timeout)
+@contextlib.contextmanager
+def _environment(env: dict[str, str]) -> Any:
+    """os.environ replaced by `env` for the duration (the checks' process inherits it)."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def grade_notebook(
+    path: Path | str,
+    *,
+    timeout: float = 600,
+    time_limit: float = GRADE_TIME_LIMIT,
+    student: str | None = None,
+    against: Path | str | None = None,
+) -> int:
+    """Grade a notebook: run it, print `question  points  status` per test cell, and return 0 if every
+    autograded cell passes, else 1 (the exit status of `python -m emqsim grade`)."""
+    report = grade(path, timeout=timeout, time_limit=time_limit, student=student, against=against)
     print(report.text(), flush=True)
     return 0 if report.passed else 1
 
@@ -407,7 +1066,10 @@ __all__: list[str] = [
     "CODE_STUB",
     "TEXT_STUB",
     "CellGrade",
+    "CheckResult",
     "GradeReport",
+    "as_number",
+    "check_answers",
     "compute_checksum",
     "generate_student_version",
     "grade",
@@ -416,4 +1078,10 @@ __all__: list[str] = [
     "is_grade",
     "is_locked",
     "is_solution",
+    "kill_tree",
+    "restore_from_source",
+    "run_checks",
+    "shell_command",
+    "student_id",
+    "student_seed",
 ]

@@ -44,6 +44,7 @@ NAMES = [
     "02-tuning-under-pauses.ipynb",
     "03-write-a-policy.ipynb",
     "04-fencing.ipynb",
+    "05-missed-heartbeats.ipynb",
 ]
 CELL_TIMEOUT = 300  # generous: the machine may be busy with other tests; cells take seconds alone
 
@@ -108,7 +109,7 @@ def _regions(source: str, begin: str, end: str) -> tuple[list[str], list[str]]:
 
 
 # -- the files ------------------------------------------------------------------------------------------------
-def test_there_are_four_assignments():
+def test_there_are_five_assignments():
     assert [p.name for p in SOURCES] == NAMES
     assert (FOLDER / "README.md").is_file()
 
@@ -400,5 +401,210 @@ def test_grading_follows_nbgrader_rules(tmp_path: Path, monkeypatch, capsys):
     assert re.search(
         r"^autograded\s+5\.5 / 10\s+some checks fail \(3 more points graded by hand\)$", report, re.M
     )
-    assert (tmp_path / "here.txt").exists(), "the notebook runs in its own folder"
+    assert not (tmp_path / "here.txt").exists(), "the notebook runs in a private copy of its folder"
     assert path.read_text() == before, "grading never changes the notebook"
+
+
+# -- grading runs the notebook's code: isolated, bounded, nothing left behind ------------------------------------
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc to see whether a process survived")
+def test_grading_leaves_no_process_behind(tmp_path: Path, monkeypatch, capsys):
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+    pids = tmp_path / "pids"
+    spawn = (
+        "import subprocess, sys\n"
+        f"PIDS = {str(pids)!r}\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
+        "subprocess.run(['sh', '-c', 'sleep 600 > /dev/null 2>&1 & echo $! >> ' + PIDS])\n"
+        "with open(PIDS, 'a') as fh:\n    fh.write(f'{child.pid}\\n')"
+    )
+    nb = _notebook(
+        [_cell("code", spawn), _cell("code", "assert True", "t", grade=True, locked=True, points=1)]
+    )
+    folder = tmp_path / "sub"
+    folder.mkdir()
+    nbformat.write(nb, folder / "spawn.ipynb")
+    assert cli_main(["grade", str(folder / "spawn.ipynb"), "--timeout", "120"]) == 0, capsys.readouterr()
+    started = [int(x) for x in pids.read_text().split()]
+    assert len(started) == 2
+    assert not [pid for pid in started if _alive(pid)], "a process the notebook started outlived grading"
+
+
+def test_grading_stops_at_the_wall_clock_limit(tmp_path: Path, monkeypatch, capsys):
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+    nb = _notebook([_cell("code", "while True:\n    pass", "loop", grade=True, locked=True, points=1)])
+    nbformat.write(nb, tmp_path / "loop.ipynb")
+    code = cli_main(["grade", str(tmp_path / "loop.ipynb"), "--timeout", "600", "--time-limit", "20"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "longer than the 20 s limit (--time-limit)" in err
+
+
+def test_grading_runs_in_a_private_copy(tmp_path: Path, monkeypatch, capsys):
+    """Relative writes, even above the notebook's folder, land in the private copy; the submission and its
+    folder stay as they were."""
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+    folder = tmp_path / "course" / "alice"
+    folder.mkdir(parents=True)
+    (folder / "data.txt").write_text("input")
+    writes = (
+        "assert open('data.txt').read() == 'input'\n"
+        "open('data.txt', 'w').write('changed')\n"
+        "open('../escape.txt', 'w').write('x')\n"
+        "open('../../escape.txt', 'w').write('x')"
+    )
+    nb = _notebook([_cell("code", writes, "w", grade=True, locked=True, points=1)])
+    nbformat.write(nb, folder / "writes.ipynb")
+    before = (folder / "writes.ipynb").read_bytes()
+    assert cli_main(["grade", str(folder / "writes.ipynb"), "--timeout", "120"]) == 0, capsys.readouterr()
+    assert (folder / "data.txt").read_text() == "input"
+    assert not (tmp_path / "course" / "escape.txt").exists() and not (tmp_path / "escape.txt").exists()
+    assert sorted(p.name for p in folder.iterdir()) == ["data.txt", "writes.ipynb"]
+    assert (folder / "writes.ipynb").read_bytes() == before
+
+
+def test_shell_commands_in_test_cells_are_reported(tmp_path: Path, monkeypatch, capsys):
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+    tests = {"points": 1, "grade": True, "locked": True}
+    nb = _notebook(
+        [
+            _cell("code", "import os\nos.system('true')", "system", **tests),
+            _cell("code", "!true", "bang", **tests),
+            _cell("code", "import subprocess\nsubprocess.run(['true'])", "sub", **tests),
+            _cell("code", "assert 1 + 1 == 2", "plain", **tests),
+        ]
+    )
+    nbformat.write(nb, tmp_path / "shell.ipynb")
+    assert cli_main(["grade", str(tmp_path / "shell.ipynb"), "--timeout", "120"]) == 1
+    report = capsys.readouterr().out
+    assert _status_lines(report) == {"system": "fail", "bang": "fail", "sub": "fail", "plain": "pass"}
+    assert (
+        report.count("runs a shell command") >= 3
+        and "note: system: a test cell runs a shell command" in report
+    )
+
+
+def test_grade_help_says_it_runs_the_code(capsys):
+    with pytest.raises(SystemExit):
+        cli_main(["grade", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "runs the notebook's code" in text and "unprivileged user or in a container" in text
+
+
+# -- the instructor's guide, followed ---------------------------------------------------------------------------
+def _guide_blocks() -> list[str]:
+    text = (FOLDER / "README.md").read_text()
+    return re.findall(r"^```sh\n(.*?)^```$", text, re.S | re.M)
+
+
+def test_guide_installs_from_a_clone():
+    install = _guide_blocks()[0]
+    assert "git clone" in install and 'pip install -e ".[notebooks]" nbgrader' in install
+    assert "python -m emqsim assignments check" in install
+
+
+@pytest.mark.slow
+def test_instructor_guide_works_when_followed(tmp_path: Path):
+    """Steps 2 to 5 of README.md, run as written in a temporary folder (one assignment, for time): a course with
+    released student versions, the model solution autograded by real nbgrader, grades exported."""
+    pytest.importorskip("nbgrader")
+    script = "set -euo pipefail\n" + "\n".join(_guide_blocks()[1:])
+    env = {
+        **_env(),
+        "EMQSIM": str(ROOT),
+        "ASSIGNMENTS": "01-detection-latency",
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
+    proc = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    course = tmp_path / "queues-course"
+    released = course / "release" / "01-detection-latency" / "01-detection-latency.ipynb"
+    assert released.is_file() and (course / "release" / "STUDENTS.md").is_file()
+    assert BEGIN_SOLUTION not in released.read_text() and BEGIN_HIDDEN not in released.read_text()
+    import csv
+
+    rows = list(csv.DictReader((course / "grades.csv").open()))
+    demo = [r for r in rows if r["student_id"] == "demo-student"]
+    assert len(demo) == 1 and float(demo[0]["raw_score"]) == 6.0, rows
+
+
+def test_assignments_cli_release(tmp_path: Path, capsys):
+    assert cli_main(["assignments", "release", "--out", str(tmp_path / "rel")]) == 0
+    written = capsys.readouterr().out.split()
+    assert len(written) == len(NAMES) + 1 and (tmp_path / "rel" / "STUDENTS.md").is_file()
+    for name in NAMES:
+        text = (tmp_path / "rel" / name.removesuffix(".ipynb") / name).read_text()
+        assert (
+            BEGIN_SOLUTION not in text and BEGIN_HIDDEN not in text and "raise NotImplementedError()" in text
+        )
+    (tmp_path / "file").write_text("x")
+    assert cli_main(["assignments", "release", "--out", str(tmp_path / "file")]) == 2
+    assert "is a file" in capsys.readouterr().err
+
+
+def test_emqsim_imports_without_the_notebook_tools():
+    """The package, its CLI and the assignments module import without nbformat; the command says what to
+    install in one line."""
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('nbformat', 'nbclient', 'ipykernel'):\n"
+        "            raise ImportError(name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import emqsim, emqsim.grading, emqsim.assignments\n"
+        "from emqsim.cli import main\n"
+        "sys.exit(main(['assignments', 'release', '--out', 'x']))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=120
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "emqsim[notebooks]" in proc.stderr
+
+
+def test_assignments_cli_check(tmp_path: Path, monkeypatch, capsys):
+    """`assignments check` on a small source folder: the solution passes and the release scores 0 (exit 0);
+    a solution that fails its own tests is reported (exit 1)."""
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+
+    def assignment(answer: int) -> nbformat.NotebookNode:
+        return _notebook(
+            [
+                _cell(
+                    "code",
+                    f"def f():\n    ### BEGIN SOLUTION\n    return {answer}\n    ### END SOLUTION",
+                    "q",
+                    solution=True,
+                ),
+                _cell(
+                    "code",
+                    "assert f() in (2, 3)\n### BEGIN HIDDEN TESTS\nassert f() == 2\n### END HIDDEN TESTS",
+                    "t",
+                    grade=True,
+                    locked=True,
+                    points=1,
+                ),
+            ]
+        )
+
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir()
+    bad.mkdir()
+    nbformat.write(assignment(2), good / "a.ipynb")
+    nbformat.write(assignment(3), bad / "a.ipynb")
+    assert cli_main(["assignments", "check", "--source", str(good), "--timeout", "120"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^a\.ipynb\s+1 / 1\s+0 / 1\s+\d+ s\s+ok$", out, re.M), out
+    assert cli_main(["assignments", "check", "--source", str(bad), "--timeout", "120"]) == 1
+    assert "the solution fails t" in capsys.readouterr().out
+    assert cli_main(["assignments", "check", "--source", str(tmp_path / "none")]) == 2

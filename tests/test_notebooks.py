@@ -63,3 +63,40 @@ def test_notebook_runs(path: Path, workdir: Path, monkeypatch):
     client.execute()  # raises CellExecutionError on the first failing cell (run time: benchmarks/, not here)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_is_a_lesson(path: Path):
+    """A question, a cell for the reader's prediction before any answer, the controls (the two columns, the
+    rule, lease, beat, timeout, freeze length, loss rate and job length), and what to look for."""
+    nb = nbformat.read(path, as_version=4)
+    sources = [c.source for c in nb.cells]
+    where = {
+        name: next(i for i, s in enumerate(sources) if name in s)
+        for name in ("## The question", "Predict before you run", "explorer(", "What to look for")
+    }
+    assert (
+        where["## The question"]
+        < where["Predict before you run"]
+        < where["explorer("]
+        < where["What to look for"]
+    )
+    controls = sources[where["explorer("]]
+    for control in ('"column"', '"rule"', '"lease"', '"beat"', '"timeout"', '"freeze"', '"loss"', '"job"'):
+        assert control in controls, f"{path.name}: no {control} control"
+    assert "slow-alive" in controls and "fast-dead" in controls
+
+
+def test_quoted_numbers_come_from_the_run():
+    """The sentences the old text got wrong are now computed from the run (rendered with say(...))."""
+    text = "\n".join(
+        c.source for p in NOTEBOOKS for c in nbformat.read(p, as_version=4).cells if c.cell_type == "markdown"
+    )
+    for stale in (
+        "a few percent above",
+        "8 workers with 4 slots",
+        "comes from 40 jobs",
+        "lie on top of each other",
+        "KS p-value",
+    ):
+        assert stale not in text, stale

@@ -1,0 +1,156 @@
+"""`python -m emqsim assignments`: the instructor's side of the graded notebooks in notebooks/assignments/.
+
+    python -m emqsim assignments release --out DIR   # student versions: no solutions, no hidden tests
+    python -m emqsim assignments check               # every solution passes, every release scores 0
+
+`release` writes DIR/<assignment>/<assignment>.ipynb (nbgrader's `release/` layout) and the students' guide
+DIR/STUDENTS.md. `check` grades each source notebook and its student version with `emqsim.grading.grade` and
+prints how long each solution took to run. Needs the notebooks extra (nbformat, nbclient, ipykernel); without
+it the command says so in one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from emqsim.errors import ConfigError
+
+STUDENT_GUIDE = "STUDENTS.md"
+
+
+def default_source() -> Path:
+    """notebooks/assignments/ of the emqsim checkout this package runs from."""
+    return Path(__file__).resolve().parents[1] / "notebooks" / "assignments"
+
+
+def sources(folder: Path | None) -> list[Path]:
+    """The source notebooks in `folder` (default: the checkout's), or a one-line ConfigError."""
+    folder = default_source() if folder is None else Path(folder)
+    if not folder.is_dir():
+        raise ConfigError(
+            f"no assignment folder {str(folder)!r}; run from an emqsim checkout or give --source DIR"
+        )
+    found = sorted(p for p in folder.glob("*.ipynb") if not p.name.startswith("."))
+    if not found:
+        raise ConfigError(f"no notebooks (*.ipynb) in {str(folder)!r}; give --source DIR")
+    return found
+
+
+def _require_notebook_tools() -> None:
+    for module in ("nbformat", "nbclient", "ipykernel"):
+        try:
+            __import__(module)
+        except ImportError:
+            raise ConfigError(
+                f"the assignments need {module}: pip install 'emqsim[notebooks]' (or -e '.[notebooks]')"
+            ) from None
+
+
+def release(out: Path, source: Path | None = None) -> list[Path]:
+    """Write the student version of every assignment to out/<name>/<name>.ipynb, and the students' guide."""
+    from emqsim.grading import generate_student_version
+
+    _require_notebook_tools()
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {str(out)!r} is a file; give a folder")
+    notebooks = sources(source)
+    written = []
+    for src in notebooks:
+        dst = out / src.stem / src.name
+        generate_student_version(src, dst)
+        written.append(dst)
+    guide = notebooks[0].parent / STUDENT_GUIDE
+    if guide.is_file():
+        (out / STUDENT_GUIDE).write_text(guide.read_text(encoding="utf-8"), encoding="utf-8")
+        written.append(out / STUDENT_GUIDE)
+    return written
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    """One assignment's check: the solution's and the release's autograded points, and the solution's run time."""
+
+    name: str
+    solution: tuple[float, float]
+    release: tuple[float, float]
+    seconds: float
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def check(
+    source: Path | None = None, *, timeout: float = 600, student: str = "instructor-check"
+) -> list[CheckRow]:
+    """Grade every source notebook (it must pass every check) and its student version (it must score 0)."""
+    import tempfile
+
+    from emqsim.grading import generate_student_version, grade
+
+    _require_notebook_tools()
+    rows = []
+    for src in sources(source):
+        problems = []
+        started = time.monotonic()
+        solved = grade(src, timeout=timeout, student=student)
+        seconds = time.monotonic() - started
+        if not solved.passed:
+            failing = [c.grade_id for c in solved.autograded if c.status != "pass"]
+            problems.append(f"the solution fails {', '.join(failing)}")
+        problems += [f"the solution: {note}" for note in solved.notes]
+        with tempfile.TemporaryDirectory(prefix="emqsim-release-") as tmp:
+            student_version = Path(tmp) / src.name
+            generate_student_version(src, student_version)
+            released = grade(student_version, timeout=timeout, student=student)
+        if released.score[0] != 0:
+            problems.append(f"the student version scores {released.score[0]:g} before any answer")
+        rows.append(CheckRow(src.name, solved.score, released.score, seconds, tuple(problems)))
+    return rows
+
+
+def add_assignments_parser(sub: Any) -> None:
+    """Register `assignments release` and `assignments check` on the CLI's subparsers."""
+    p = sub.add_parser(
+        "assignments",
+        help="instructors: release the student versions, check the assignments",
+        description="The graded notebooks of notebooks/assignments/: release the student versions (no "
+        "solutions, no hidden tests) and check that every solution passes and every release scores 0.",
+    )
+    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    r = actions.add_parser("release", help="write the student versions to a folder")
+    r.add_argument("--out", type=Path, required=True, help="folder for <assignment>/<assignment>.ipynb")
+    r.add_argument("--source", type=Path, help="the source notebooks (default: notebooks/assignments/)")
+    c = actions.add_parser("check", help="solutions pass, releases score 0; prints each solution's run time")
+    c.add_argument("--source", type=Path, help="the source notebooks (default: notebooks/assignments/)")
+    c.add_argument("--timeout", type=float, default=600.0, help="per-cell timeout in seconds (default 600)")
+
+
+def main_assignments(args: argparse.Namespace) -> int:
+    if args.action == "release":
+        for path in release(args.out, args.source):
+            print(path)
+        return 0
+    if not (args.timeout > 0):
+        raise ConfigError(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
+    rows = check(args.source, timeout=args.timeout)
+    width = max(len(r.name) for r in rows)
+    print(f"{'assignment':<{width}}  {'solution':>9}  {'release':>9}  {'runs in':>8}  verdict")
+    for r in rows:
+        verdict = "ok" if r.ok else "; ".join(r.problems)
+        print(
+            f"{r.name:<{width}}  {r.solution[0]:>4g} / {r.solution[1]:<3g}  {r.release[0]:>4g} / "
+            f"{r.release[1]:<3g}  {r.seconds:>6.0f} s  {verdict}"
+        )
+    print("run times are this machine's execution of the model solutions, checks included")
+    return 0 if all(r.ok for r in rows) else 1
+
+
+__all__ = ["CheckRow", "add_assignments_parser", "check", "default_source", "main_assignments", "release"]
