@@ -36,7 +36,7 @@ from emqsim.records import (
 )
 from emqsim.scenario import Scenario
 from emqsim.seeds import stream
-from emqsim.server import Server
+from emqsim.server import Server, TieBreak
 from emqsim.units import to_ms, to_ms_array
 from emqsim.worker import DEAD, Reaper, Worker
 
@@ -44,6 +44,7 @@ HOUR_MS = 3_600_000
 
 
 JobSink = Callable[[list[Attempt], float, "float | None"], None]
+REAPER = -1  # the reaper's id in `timer_phases`
 
 
 class Simulation:
@@ -65,7 +66,13 @@ class Simulation:
         *,
         record_locks: bool = True,
         job_sink: JobSink | None = None,
+        timer_phases: dict[tuple[str, int], int] | None = None,
+        tie_break: TieBreak | None = None,
     ) -> None:
+        """`timer_phases` pins the first tick of chosen timers instead of drawing it, in ms:
+        {("renew", wid): first renewal tick (>= 1), ("sweep", wid or REAPER): first sweep (>= 0)}; timers not
+        named keep their draws. `tie_break` reorders same-millisecond steps at Redis (default: the fixed
+        rule). Both are for `emqsim.explore`; without them a run is what it always was."""
         if not isinstance(policy, ReclaimPolicy):
             raise TypeError(
                 f"policy must be a ReclaimPolicy (LeasePolicy, TimeoutPolicy, ...), got {policy!r}"
@@ -83,7 +90,9 @@ class Simulation:
             record_locks=record_locks and job_sink is None,
             remove_on_complete=scenario.remove_on_complete,
             streaming=job_sink is not None,
+            tie_break=tie_break,
         )
+        self.timer_phases = timer_phases or {}
         self.job_sink = job_sink
         self.keep_records = job_sink is None
         self._settled_open: set[str] = set()  # streaming: settled jobs with an attempt that may still change
@@ -275,10 +284,14 @@ class Simulation:
         if policy.renewal is not None and not policy.renewal.per_job:
             tick = policy.renewal.tick_ms
             first = tick if aligned or restarted else int(phases.integers(1, tick + 1))
+            if not restarted:
+                first = self.timer_phases.get(("renew", wid), first)
             self.env.process(worker.lock_manager(first))
         if policy.swept_by == "workers":
             # BullMQ's stalled checker runs once as soon as the worker starts
             first = 0 if aligned or restarted else int(phases.integers(0, policy.sweep_interval_ms))
+            if not restarted:
+                first = self.timer_phases.get(("sweep", wid), first)
             self.env.process(worker.sweeper(first))
         for _ in range(self.scenario.concurrency):
             self.env.process(worker.slot())
@@ -317,6 +330,7 @@ class Simulation:
             first = (
                 0 if scenario.phases == "aligned" else int(phases.integers(0, self.policy.sweep_interval_ms))
             )
+            first = self.timer_phases.get(("sweep", REAPER), first)
             self.env.process(reaper.sweeper(first))
         for fault in scenario.faults:
             if fault.worker is not None:
