@@ -93,6 +93,7 @@ class Simulation:
             tie_break=tie_break,
         )
         self.timer_phases = timer_phases or {}
+        self.fault_last = tie_break is not None and tie_break.fault_last
         self.job_sink = job_sink
         self.keep_records = job_sink is None
         self._settled_open: set[str] = set()  # streaming: settled jobs with an attempt that may still change
@@ -191,6 +192,8 @@ class Simulation:
     # -- processes ---------------------------------------------------------------------------------------
     def _fault_later(self, worker: Worker, fault: Crash | Freeze, delay_ms: int, rng: np.random.Generator):
         yield self.env.timeout(delay_ms)
+        if self.fault_last:
+            yield self.env.timeout(0)  # after the events already due in this millisecond
         if isinstance(fault, Crash):
             if fault.restart_after is not None:
                 worker.restart_after_ms = to_ms(fault.restart_after)
@@ -306,6 +309,8 @@ class Simulation:
 
     def _worker_fault(self, fault: Crash | Freeze):
         yield self.env.timeout(to_ms(fault.at))
+        if self.fault_last:
+            yield self.env.timeout(0)  # after the events already due in this millisecond
         worker = self.workers[fault.worker]
         if isinstance(fault, Crash):
             if fault.restart_after is not None:

@@ -36,13 +36,16 @@ LOST = object()  # a reply that never came: the request was lost on the way
 class TieBreak:
     """How Redis orders steps that fall in the same millisecond. The default is the engine's fixed rule:
     requests run in the order they were sent (`arrivals="sent"`), and a lock is still visible in its expiry
-    millisecond, so a step landing then runs before the expiry (`expiry="after"`). `arrivals="reversed"` runs
-    a millisecond's requests in the reverse order; `expiry="before"` lets a lock expire before any step of its
-    expiry millisecond. Only the default is a model of Redis; the others let `emqsim.explore` check which
-    properties depend on the rule."""
+    millisecond, so a step landing then runs before the expiry (`expiry="after"`); a fault takes its place
+    among its millisecond's events in the order they were scheduled (`fault_last=False`).
+    `arrivals="reversed"` runs a millisecond's requests in the reverse order; `expiry="before"` lets a lock
+    expire before any step of its expiry millisecond; `fault_last=True` makes a fault strike after the other
+    events of its millisecond (a renewal tick in the same ms goes out first). Only the default is the
+    engine's rule; the others let `emqsim.explore` check which properties depend on it."""
 
     arrivals: str = "sent"  # "sent" | "reversed"
     expiry: str = "after"  # "after" | "before"
+    fault_last: bool = False
 
     def __post_init__(self) -> None:
         if self.arrivals not in ("sent", "reversed") or self.expiry not in ("after", "before"):
@@ -50,7 +53,11 @@ class TieBreak:
 
     @property
     def default(self) -> bool:
-        return self.arrivals == "sent" and self.expiry == "after"
+        return self.arrivals == "sent" and self.expiry == "after" and not self.fault_last
+
+    @property
+    def reorders_redis(self) -> bool:
+        return self.arrivals != "sent" or self.expiry != "after"
 
 
 class Server:
@@ -90,7 +97,7 @@ class Server:
         self.on_finish_applied: Callable[[str], None] = lambda job_id: None
         self.resident_peak = 0
         # A non-default tie-break queues each millisecond's arrivals and runs them at the millisecond's end.
-        self.tie_break = None if tie_break is None or tie_break.default else tie_break
+        self.tie_break = tie_break if tie_break is not None and tie_break.reorders_redis else None
         self._tied: list[Callable[[], None]] = []
 
     # -- transport ---------------------------------------------------------------------------------------
