@@ -212,13 +212,14 @@ def default_properties(bound: float | None = None) -> list[Property]:
 
 
 # -- the space ----------------------------------------------------------------------------------------------
-TIE_VARIANTS = tuple(
-    TieBreak(arrivals, expiry, fault_last)
-    for arrivals in ("sent", "reversed")
-    for expiry in ("after", "before")
-    for fault_last in (False, True)
-    if (arrivals, expiry, fault_last) != ("sent", "after", False)
-)  # every other order the fixed rule could have chosen, for the pairs of events that matter
+# The other order the fixed rule could have chosen for each pair of same-millisecond events that matters: two
+# requests at Redis (a sweep and a finish, a sweep and a renewal), a lock's expiry and a step at Redis (a
+# renewal landing exactly at the expiry), a fault and a timer (a crash on a renewal tick).
+TIE_VARIANTS = (
+    TieBreak(arrivals="reversed"),
+    TieBreak(expiry="before"),
+    TieBreak(fault_last=True),
+)
 
 
 @dataclass(frozen=True)
@@ -370,9 +371,13 @@ def space(
             pinned[f"renew.{w}"] = tick_ms
         if vary_renewal:
             dims.append(Dim("renew.0", rtt_ms + 1, tick_ms))
-    dims = [d for d in dims if d.size > 1 or not pinned.update({d.role: d.lo})]
-    latest = max(d.hi for d in dims if d.role.endswith(".offset")) if dims else 0
-    latest = max([latest, *(v for k, v in pinned.items() if k.endswith(".offset"))])
+    for d in [d for d in dims if d.size == 1]:
+        pinned[d.role] = d.lo
+    dims = [d for d in dims if d.size > 1]
+    latest = max(
+        [d.hi for d in dims if d.role.endswith(".offset")]
+        + [v for k, v in pinned.items() if k.endswith(".offset")]
+    )
     duration_ms = round(duration * 1000) if duration is not None else latest + 1000
     if duration_ms < 1:
         raise ConfigError(f"duration must be at least 0.001 s, got {duration}")
@@ -578,7 +583,9 @@ class _Search:
         """Try the other same-millisecond orders on this line: at the ends of every piece (where event times
         meet) first; where an order changes anything there, its whole line is searched too. Records the
         verdicts that change and the latencies those orders reach."""
-        points = sorted({x for piece in pieces for x in (piece[0], piece[1])})
+        points = sorted(
+            {x for left, right in zip(pieces, pieces[1:], strict=False) for x in (left[1], right[0])}
+        )
         for tie in TIE_VARIANTS:
             if all(self.eval(prefix + (x,), tie) == self.eval(prefix + (x,)) for x in points):
                 continue
@@ -667,8 +674,8 @@ class TieDependence:
 
 @dataclass
 class Boundary:
-    """Where a property flips along the innermost coordinate: its smallest and largest position (ms) over
-    the rest of the space, and how many lines have a flip."""
+    """Where a property starts failing along the innermost coordinate (it holds at x - 1 and fails at x):
+    the smallest and the largest such x (ms) over the rest of the space, with a point at each."""
 
     property: str
     dim: str
@@ -861,9 +868,9 @@ class _Aggregate:
                     point = self._point(cols, row, int(start[row]))
                     if i not in self.best or key(point) < key(self.best[i]):
                         self.best[i] = point
-            if j > 0:  # a flip of a property at this piece's start
+            if j > 0:  # a property that held just before this piece's start and fails from it
                 for i, (v0, v1) in enumerate(zip(line[j - 1][1][0], verdicts, strict=True)):
-                    if v0 != v1:
+                    if v0 and not v1:
                         rows = (int(np.argmin(start)), int(np.argmax(start)))
                         self.flips.setdefault(i, []).extend(
                             (int(start[r]), self._point(cols, r, int(start[r]))[:-1]) for r in rows
@@ -994,9 +1001,7 @@ def explore(
     outer = sp.dims[0]
     workers = jobs if jobs is not None else (os.cpu_count() or 1)
     parts = (
-        1
-        if (executor is None and workers <= 1) or len(sp.dims) == 1
-        else min(outer.size, max(workers, 2))
+        1 if (executor is None and workers <= 1) or len(sp.dims) == 1 else min(outer.size, max(workers, 2))
     )
     edges = np.linspace(outer.lo, outer.hi + 1, parts + 1).round().astype(int).tolist()
     tasks = [(sp, lo, hi - 1, ties) for lo, hi in zip(edges, edges[1:], strict=False) if hi - 1 >= lo]
