@@ -249,6 +249,7 @@ class Space:
     rtt_ms: int
     horizon_ms: int
     properties: tuple[Property, ...]
+    step: int = 1  # every coordinate is sampled at least every `step` ms before bisecting
 
     @property
     def points(self) -> int:
@@ -327,6 +328,7 @@ def space(
     sweep_phases: bool = True,
     properties: Sequence[Property] | None = None,
     bound: float | None = None,
+    step: int | None = None,
 ) -> Space:
     """The space to explore: `policy` in a world of `workers` workers and one job of `duration` seconds
     (default: 1 s past the latest fault offset), a fixed round trip `rtt`, and `faults` (one or two).
@@ -335,7 +337,9 @@ def space(
     from the last renewal is uniform, as docs/theory.md assumes) and parameters, each sweeper's phase over
     one sweep period `scan + rtt` (unless `sweep_phases=False`: all pinned to 0), and with `vary_renewal`
     the holding worker's renewal phase over one tick (else every renewal timer ticks first at one tick).
-    `properties` defaults to `default_properties(bound)`.
+    `properties` defaults to `default_properties(bound)`. `step` (ms) is how densely every coordinate is
+    sampled before bisecting (default: an eighth of the shortest timer period, the sweep's or the renewal
+    tick's): a pattern narrower than that which appears only between two samples can be missed.
     """
     if not isinstance(policy, ReclaimPolicy):
         raise ConfigError(f"policy must be a ReclaimPolicy, got {policy!r}")
@@ -391,6 +395,10 @@ def space(
     )
     if properties is None:
         properties = default_properties(bound)
+    if step is None:
+        step = max(1, min(x for x in (period, tick_ms) if x) // 8)
+    if not isinstance(step, int) or step < 1:
+        raise ConfigError(f"step must be a whole number of ms >= 1, got {step!r}")
     if not properties:
         raise ConfigError("explore needs at least one property to check")
     return Space(
@@ -403,6 +411,7 @@ def space(
         rtt_ms=rtt_ms,
         horizon_ms=horizon_ms,
         properties=tuple(properties),
+        step=step,
     )
 
 
@@ -461,6 +470,11 @@ class _Evaluator:
 # A level above it: a tuple of segments (a, b, S_a, D): over a..b the structure below is S_a + (x - a) D.
 # D (a "drift") mirrors the structure: a line's drift is ((dstart, dmetric), ...); a level's drift is
 # ((da, db, dS), ...).
+
+
+def _grid(lo: int, hi: int, step: int) -> list[int]:
+    """lo, lo + step, ..., hi (at least lo and hi)."""
+    return sorted({*range(lo, hi, max(1, step)), hi}) if hi > lo else [lo, hi]
 
 
 def _div(x: int, d: int) -> int | None:
@@ -550,12 +564,25 @@ class _Search:
         return tuple((a, g, m, 0 if k is None else k) for a, _, g, m, k in merged)
 
     def _pieces(self, prefix, lo, ga, ma, hi, tie: TieBreak | None) -> list[list]:
-        gb, mb = self.eval(prefix + (hi,), tie)
+        """Pieces of a..b: sampled every `self.space.step` ms, then bisected between samples."""
         merged: list[list] = []
-        for piece in self._bisect(prefix, lo, ga, ma, hi, gb, mb, tie):
-            if merged and _merge(merged[-1], piece):
-                continue
-            merged.append(piece)
+        grid = _grid(lo, hi, self.space.step)
+        for a, b in zip(grid, grid[1:], strict=False):
+            ga, ma = self.eval(prefix + (a,), tie)
+            gb, mb = self.eval(prefix + (b,), tie)
+            part = self._bisect(prefix, a, ga, ma, b, gb, mb, tie)
+            if merged:  # a is the previous part's last point
+                first = part[0]
+                if first[1] == a:
+                    part = part[1:]
+                else:
+                    first[0] = a + 1
+                    if first[3] is not None:
+                        first[3] += first[4]
+            for piece in part:
+                if merged and _merge(merged[-1], piece):
+                    continue
+                merged.append(piece)
         return merged
 
     def _bisect(self, prefix, a, ga, ma, b, gb, mb, tie: TieBreak | None) -> list[list]:
@@ -617,10 +644,21 @@ class _Search:
         sa = self.level(prefix + (lo,), k + 1)
         if hi == lo:
             return ((lo, lo, sa, None),)
-        sb = self.level(prefix + (hi,), k + 1)
         depth = len(self.dims) - 2 - k
         segments: list[tuple] = []
-        self._segments(prefix, k, depth, lo, sa, hi, sb, segments)
+        grid = _grid(lo, hi, self.space.step)
+        for a, b in zip(grid, grid[1:], strict=False):
+            sb = self.level(prefix + (b,), k + 1)
+            part: list[tuple] = []
+            self._segments(prefix, k, depth, a, sa, b, sb, part)
+            if segments:  # a is the previous part's last point
+                first = part[0]
+                if first[1] == a:
+                    part = part[1:]
+                else:
+                    part[0] = (a + 1, first[1], _along(first, a + 1, depth), first[3])
+            segments.extend(part)
+            sa = sb
         return tuple(segments)
 
     def _segments(self, prefix, k, depth, a, sa, b, sb, out: list) -> None:
@@ -961,17 +999,20 @@ def _key_from_order(order: list[int]) -> Callable[[tuple[int, ...]], tuple[int, 
 _SIZE_NAMES = {"length"}
 
 
-def estimate_runs(sp: Space) -> int:
-    """An upper estimate of the runs `explore` needs, from the sizes of the coordinates alone: a line costs
-    about 6 runs per piece boundary, and about 12 + 2 log2(size) structures below are needed per outer
-    coordinate (its pattern changes a few times, each found by bisection)."""
-    if not sp.dims:
-        return 1
-    *outer, inner = sp.dims
-    cost = min(inner.size, 8 * (2 + math.ceil(math.log2(inner.size))))
-    for d in reversed(outer):
-        cost *= min(d.size, 12 + 2 * math.ceil(math.log2(d.size)))
-    return int(cost)
+def estimate_runs(sp: Space, ties: bool = True) -> int:
+    """An upper estimate of the runs `explore` needs, from the space's sizes alone (no run): a coordinate
+    spanning m periods of the world's timers (the sweep period, the renewal tick) has about 2 + 2m pieces
+    or pattern changes, each found by bisection (log2 of its size); other tie orders at most double it."""
+    period = min(
+        x
+        for x in (sp.policy.sweep_interval_ms + sp.rtt_ms, sp.policy.renewal and sp.policy.renewal.tick_ms)
+        if x
+    )
+    cost = 1
+    for d in sp.dims:
+        spans = math.ceil(d.size / period)
+        cost *= min(d.size, (2 + 2 * spans) * max(1, math.ceil(math.log2(d.size))))
+    return int(cost * (2 if ties else 1))
 
 
 def _chunk(args: tuple[Space, int, int, bool]) -> tuple[_Aggregate, int, list, dict]:
@@ -1068,3 +1109,261 @@ def explore(
 
 def _tie_text(tie: TieBreak) -> str:
     return f"arrivals {tie.arrivals}, expiry {tie.expiry}, fault {'last' if tie.fault_last else 'in order'}"
+
+
+# -- text -------------------------------------------------------------------------------------------------------
+def _s(ms: float | None) -> str:
+    return "-" if ms is None else f"{ms / 1000:.3f} s"
+
+
+def _where(point: Mapping[str, int]) -> str:
+    return ", ".join(f"{k} {v / 1000:g} s" for k, v in sorted(point.items()))
+
+
+def format_exploration(result: Exploration) -> str:
+    """The report `python -m emqsim explore` prints."""
+    sp = result.space
+    faults = " + ".join(
+        f"{f.kind} ({'the job' + chr(39) + 's worker' if f.target == HOLDER else 'worker 1'})"
+        for f in sp.faults
+    )
+    lines = [
+        f"explored {result.points:,} timings of {faults} under {sp.policy!r} with {result.runs:,} runs",
+        "coordinates (ms): " + ", ".join(f"{d.role} {d.lo}..{d.hi}" for d in sp.dims),
+        "pinned (ms): " + (", ".join(f"{k} {v}" for k, v in sorted(sp.pinned.items())) or "-"),
+        "",
+        "fault -> reclaim of the job's first attempt (every timing weighs the same):",
+        f"  min {_s(result.latency_min)}  mean {_s(result.latency_mean)}  max {_s(result.latency_max)}"
+        f"  (p50 {_s(result.latency_quantile(0.5))}, p95 {_s(result.latency_quantile(0.95))}; "
+        f"never reclaimed at {result.never_reclaimed:,} timings)",
+    ]
+    lo, hi = result.latency_min_any_order(), result.latency_max_any_order()
+    if (lo, hi) != (result.latency_min, result.latency_max):
+        lines.append(f"  with the other same-millisecond orders: min {_s(lo)}  max {_s(hi)}")
+    lines.append("")
+    lines.append("properties:")
+    for p in sp.properties:
+        held = result.counts[p.name]
+        mark = "holds everywhere" if held == result.points else f"FAILS at {result.points - held:,} timings"
+        lines.append(f"  {p.name:28} {mark}")
+    for b in result.boundaries:
+        lines.append(
+            f"  boundary: {b.property} starts failing at {b.dim} = {_s(b.first)} .. {_s(b.last)} "
+            f"(first at {_where(b.where_first)})"
+        )
+    for c in result.counterexamples:
+        lines.append(f"  smallest counterexample of {c.property}: {_where(c.point)}")
+    if result.tie_dependent:
+        lines.append("")
+        lines.append("depends on the order of same-millisecond events:")
+        seen = set()
+        for t in result.tie_dependent:
+            key = (t.tie_break, t.properties)
+            if key in seen:
+                continue
+            seen.add(key)
+            count = sum(1 for u in result.tie_dependent if (u.tie_break, u.properties) == key)
+            lines.append(
+                f"  {', '.join(t.properties)} under '{t.tie_break}' ({count} place(s), e.g. {_where(t.point)})"
+            )
+    return "\n".join(lines)
+
+
+def counterexample_run(result: Exploration, prop: str) -> Run:
+    """The run of a property's smallest counterexample (to print with `cli.text_timeline` or draw)."""
+    for c in result.counterexamples:
+        if c.property == prop:
+            return result.space.run(c.coords)
+    raise KeyError(f"no counterexample for {prop!r}; violated: {', '.join(result.violated()) or 'none'}")
+
+
+# -- the command line -------------------------------------------------------------------------------------------
+def fault_spec(text: str) -> FaultSpec:
+    """`KIND[,name=A[:B]...][,offset=A:B][,target=holder|other]`, seconds (an argparse type):
+    `crash`, `freeze,length=20:31`, `crash,target=other,offset=0:10`."""
+    import argparse
+
+    from emqsim.cli import span
+    from emqsim.units import to_ms
+
+    kind, *items = [part.strip() for part in text.split(",")]
+    if kind not in FAULT_KINDS:
+        raise argparse.ArgumentTypeError(f"unknown fault {kind!r}; choose one of: {', '.join(FAULT_KINDS)}")
+    target, offset, params = HOLDER, None, {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq:
+            raise argparse.ArgumentTypeError(f"{item!r} in {text!r} must be name=value, e.g. length=20:31")
+        if name == "target":
+            if value not in (HOLDER, OTHER):
+                raise argparse.ArgumentTypeError(f"target must be {HOLDER} or {OTHER}, got {value!r}")
+            target = value
+            continue
+        if name != "offset" and name not in FAULT_KINDS[kind].params:
+            need = ", ".join((*FAULT_KINDS[kind].params, "offset", "target"))
+            raise argparse.ArgumentTypeError(f"fault {kind!r} takes {need}; not {name!r}")
+        low, high = span(value)
+        pair = (to_ms(low), to_ms(high))
+        if name == "offset":
+            offset = pair
+        else:
+            params[name] = pair
+    missing = [n for n in FAULT_KINDS[kind].params if n not in params]
+    if missing:
+        raise argparse.ArgumentTypeError(
+            f"fault {kind!r} needs {', '.join(missing)}, e.g. {kind},{missing[0]}=20:31 (seconds, A or A:B)"
+        )
+    try:
+        return FaultSpec(kind, target, offset, params)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+MAX_RUNS = 200_000
+
+
+def add_explore_arguments(p: Any) -> None:
+    from emqsim.cli import add_policy_flags, output_path, seconds, whole
+
+    p.add_argument("--policy", choices=("lease", "timeout"), default="lease")
+    add_policy_flags(p, gridded=False)
+    p.add_argument("--swept-by", choices=("workers", "reaper"), help="who sweeps (default: the policy's)")
+    p.add_argument("--single-phase", action="store_true", help="the lease's single-pass sweep")
+    p.add_argument(
+        "--fault",
+        type=fault_spec,
+        action="append",
+        metavar="SPEC",
+        help="crash | freeze,length=A:B (seconds); options offset=A:B, target=holder|other; give one or two",
+    )
+    p.add_argument("--workers", type=whole(2), default=2)
+    p.add_argument("--duration", type=seconds, help="the job's work (default: 1 s past the latest offset)")
+    p.add_argument("--rtt", type=seconds, default=0.002, help="fixed round trip (default 0.002)")
+    p.add_argument("--bound", type=seconds, help="check that a dead worker's job is reclaimed within BOUND s")
+    p.add_argument("--vary-renewal", action="store_true", help="also search the job's worker's renewal phase")
+    p.add_argument("--pin-sweeps", action="store_true", help="pin every sweep phase to 0 (fewer runs)")
+    p.add_argument("--no-ties", action="store_true", help="skip the other same-millisecond orders")
+    p.add_argument("--jobs", type=whole(1), default=1, help="parallel processes (default 1)")
+    p.add_argument("--dask", metavar="ADDRESS", help="run on a Dask scheduler ('local' for a LocalCluster)")
+    p.add_argument(
+        "--max-runs", type=whole(1), default=MAX_RUNS, help=f"refuse bigger (default {MAX_RUNS:,})"
+    )
+    p.add_argument("--yes", action="store_true", help="run even if the estimate is over --max-runs")
+    p.add_argument(
+        "--plot",
+        type=output_path(".png", ".svg"),
+        help="draw each violated property's smallest counterexample (FILE-<property>.png|svg)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _policy(args: Any) -> ReclaimPolicy:
+    from emqsim.cli import single_policy
+    from emqsim.policies import LeasePolicy, TimeoutPolicy
+
+    policy = single_policy(args)
+    if isinstance(policy, LeasePolicy) and (args.swept_by or args.single_phase) and not args.preset:
+        return LeasePolicy(
+            policy.lease_ms / 1000,
+            policy.beat_ms / 1000,
+            policy.sweep_interval_ms / 1000,
+            two_phase=not args.single_phase,
+            swept_by=args.swept_by or policy.swept_by,
+        )
+    if isinstance(policy, TimeoutPolicy) and args.swept_by and not args.preset:
+        return TimeoutPolicy(
+            policy.timeout_ms / 1000, policy.sweep_interval_ms / 1000, swept_by=args.swept_by
+        )
+    if args.single_phase and not isinstance(policy, LeasePolicy):
+        raise ConfigError("--single-phase: only the lease policy has a two-phase sweep; drop it")
+    return policy
+
+
+def cmd_explore(args: Any) -> int:
+    import json
+    import sys
+    from pathlib import Path
+
+    faults = args.fault or [FaultSpec("crash")]
+    if len(faults) > 2:
+        raise ConfigError(f"--fault: give one fault or a pair, not {len(faults)}")
+    sp = space(
+        _policy(args),
+        faults,
+        workers=args.workers,
+        duration=args.duration,
+        rtt=args.rtt,
+        vary_renewal=args.vary_renewal,
+        sweep_phases=not args.pin_sweeps,
+        bound=args.bound,
+    )
+    estimate = estimate_runs(sp, ties=not args.no_ties)
+    if estimate > args.max_runs and not args.yes:
+        raise ConfigError(
+            f"about {estimate:,} runs (an upper estimate) is over --max-runs {args.max_runs:,}; narrow the "
+            "ranges, add --pin-sweeps or --no-ties, or pass --yes"
+        )
+    executor = client = None
+    if args.dask:
+        from emqsim.cli import _dask_executor
+
+        executor, client = _dask_executor(args.dask)
+    try:
+        result = explore(sp, jobs=args.jobs, executor=executor, ties=not args.no_ties)
+    finally:
+        if client is not None:
+            client.close()
+    if args.json:
+        sys.stdout.write(json.dumps(as_json(result), indent=1) + "\n")
+    else:
+        print(format_exploration(result))
+    from emqsim.cli import text_timeline
+
+    for c in result.counterexamples:
+        run = sp.run(c.coords)
+        if not args.json:
+            print(f"\nsmallest counterexample of {c.property}:")
+            print(text_timeline(run))
+        if args.plot:
+            from emqsim.plots import savefig, timeline
+
+            path = Path(args.plot)
+            out = path.with_name(f"{path.stem}-{c.property}{path.suffix}")
+            title = f"smallest counterexample of {c.property}: {_where(c.point)}"
+            savefig(timeline(run, title=title).figure, out)
+            print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def as_json(result: Exploration) -> dict[str, Any]:
+    """The exploration as plain data (latencies in seconds)."""
+    sp = result.space
+
+    def secs(ms: float | None) -> float | None:
+        return None if ms is None else ms / 1000
+
+    return {
+        "policy": sp.policy.settings(),
+        "faults": [{"kind": f.kind, "target": f.target} for f in sp.faults],
+        "coordinates_ms": {d.role: [d.lo, d.hi] for d in sp.dims},
+        "pinned_ms": dict(sp.pinned),
+        "points": result.points,
+        "runs": result.runs,
+        "latency": {
+            "min": secs(result.latency_min),
+            "mean": secs(result.latency_mean),
+            "max": secs(result.latency_max),
+            "min_any_order": secs(result.latency_min_any_order()),
+            "max_any_order": secs(result.latency_max_any_order()),
+            "never_reclaimed": result.never_reclaimed,
+            "histogram_ms": [
+                [int(v), int(w)] for v, w in zip(result.latency_values, result.latency_weights, strict=True)
+            ],
+        },
+        "properties": {
+            name: {"holds_at": held, "fails_at": result.points - held} for name, held in result.counts.items()
+        },
+        "counterexamples": {c.property: c.point for c in result.counterexamples},
+        "boundaries": [vars(b) for b in result.boundaries],
+        "tie_dependent": [vars(t) for t in result.tie_dependent],
+    }
