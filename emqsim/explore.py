@@ -1219,7 +1219,7 @@ def fault_spec(text: str) -> FaultSpec:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-MAX_RUNS = 200_000
+MAX_RUNS = 1_000_000
 
 
 def add_explore_arguments(p: Any) -> None:
