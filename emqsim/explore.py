@@ -1319,11 +1319,13 @@ def cmd_explore(args: Any) -> int:
         print(format_exploration(result))
     from emqsim.cli import text_timeline
 
+    shown: dict[tuple[int, ...], str] = {}
     for c in result.counterexamples:
         run = sp.run(c.coords)
         if not args.json:
             print(f"\nsmallest counterexample of {c.property}:")
-            print(text_timeline(run))
+            print(f"(the same run as for {shown[c.coords]})" if c.coords in shown else text_timeline(run))
+        shown.setdefault(c.coords, c.property)
         if args.plot:
             from emqsim.plots import savefig, timeline
 
