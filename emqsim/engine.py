@@ -37,7 +37,7 @@ from emqsim.records import (
 )
 from emqsim.scenario import Scenario
 from emqsim.seeds import stream
-from emqsim.server import Server
+from emqsim.server import Server, TieBreak
 from emqsim.units import to_ms, to_ms_array
 from emqsim.worker import DEAD, Reaper, Worker
 
@@ -45,6 +45,7 @@ HOUR_MS = 3_600_000
 
 
 JobSink = Callable[[list[Attempt], float, "float | None"], None]
+REAPER = -1  # the reaper's id in `timer_phases`
 
 
 class Simulation:
@@ -66,7 +67,13 @@ class Simulation:
         *,
         record_locks: bool = True,
         job_sink: JobSink | None = None,
+        timer_phases: dict[tuple[str, int], int] | None = None,
+        tie_break: TieBreak | None = None,
     ) -> None:
+        """`timer_phases` pins the first tick of chosen timers instead of drawing it, in ms:
+        {("renew", wid): first renewal tick (>= 1), ("sweep", wid or REAPER): first sweep (>= 0)}; timers not
+        named keep their draws. `tie_break` reorders same-millisecond steps at Redis (default: the fixed
+        rule). Both are for `emqsim.explore`; without them a run is what it always was."""
         if not isinstance(policy, ReclaimPolicy):
             raise TypeError(
                 f"policy must be a ReclaimPolicy (LeasePolicy, TimeoutPolicy, ...), got {policy!r}"
@@ -84,7 +91,10 @@ class Simulation:
             record_locks=record_locks and job_sink is None,
             remove_on_complete=scenario.remove_on_complete,
             streaming=job_sink is not None,
+            tie_break=tie_break,
         )
+        self.timer_phases = timer_phases or {}
+        self.fault_last = tie_break is not None and tie_break.fault_last
         self.job_sink = job_sink
         self.keep_records = job_sink is None
         self._settled_open: set[str] = set()  # streaming: settled jobs with an attempt that may still change
@@ -198,6 +208,8 @@ class Simulation:
     # -- processes ---------------------------------------------------------------------------------------
     def _fault_later(self, worker: Worker, fault: Any, delay_ms: int, rng: np.random.Generator, token: str):
         yield self.env.timeout(delay_ms)
+        if self.fault_last:
+            yield self.env.timeout(0)  # after the events already due in this millisecond
         if isinstance(fault, Crash):
             if fault.restart_after is not None:
                 worker.restart_after_ms = to_ms(fault.restart_after)
@@ -367,6 +379,8 @@ class Simulation:
         if policy.renewal is not None and not policy.renewal.per_job:
             tick = policy.renewal.tick_ms
             first = tick if aligned or restarted else int(phases.integers(1, tick + 1))
+            if not restarted:
+                first = self.timer_phases.get(("renew", wid), first)
             self.env.process(worker.lock_manager(first))
         if policy.swept_by == "workers":
             # BullMQ's stalled checker runs once as soon as the worker starts. Workers started at independent
@@ -379,6 +393,8 @@ class Simulation:
                 incumbent, phase = self._sweep_phases()
                 offset = int(phases.integers(1, policy.sweep_interval_ms + 1))
                 first = phase if wid == incumbent else phase + offset
+            if not restarted:
+                first = self.timer_phases.get(("sweep", wid), first)  # explore sets the phases it searches
             self.env.process(worker.sweeper(first))
         for _ in range(self.scenario.concurrency):
             self.env.process(worker.slot())
@@ -406,6 +422,8 @@ class Simulation:
     def _worker_fault(self, fault: Crash | Freeze | Block):
         assert fault.at is not None and fault.worker is not None  # a fault at a time on a worker
         yield self.env.timeout(to_ms(fault.at))
+        if self.fault_last:
+            yield self.env.timeout(0)  # after the events already due in this millisecond
         worker = self.workers[fault.worker]
         if isinstance(fault, Crash):
             if fault.restart_after is not None:
@@ -432,6 +450,7 @@ class Simulation:
             first = (
                 0 if scenario.phases == "aligned" else int(phases.integers(0, self.policy.sweep_interval_ms))
             )
+            first = self.timer_phases.get(("sweep", REAPER), first)
             self.env.process(reaper.sweeper(first))
         for fault in scenario.faults:
             if fault.worker is not None and not isinstance(fault, Outage):

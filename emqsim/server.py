@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,34 @@ if TYPE_CHECKING:
 LOST = object()  # a reply that never came: the request was lost on the way
 
 
+@dataclass(frozen=True)
+class TieBreak:
+    """How Redis orders steps that fall in the same millisecond. The default is the engine's fixed rule:
+    requests run in the order they were sent (`arrivals="sent"`), and a lock is still visible in its expiry
+    millisecond, so a step landing then runs before the expiry (`expiry="after"`); a fault takes its place
+    among its millisecond's events in the order they were scheduled (`fault_last=False`).
+    `arrivals="reversed"` runs a millisecond's requests in the reverse order; `expiry="before"` lets a lock
+    expire before any step of its expiry millisecond; `fault_last=True` makes a fault strike after the other
+    events of its millisecond (a renewal tick in the same ms goes out first). Only the default is the
+    engine's rule; the others let `emqsim.explore` check which properties depend on it."""
+
+    arrivals: str = "sent"  # "sent" | "reversed"
+    expiry: str = "after"  # "after" | "before"
+    fault_last: bool = False
+
+    def __post_init__(self) -> None:
+        if self.arrivals not in ("sent", "reversed") or self.expiry not in ("after", "before"):
+            raise ValueError(f"unknown tie-break {self!r}: arrivals sent|reversed, expiry after|before")
+
+    @property
+    def default(self) -> bool:
+        return self.arrivals == "sent" and self.expiry == "after" and not self.fault_last
+
+    @property
+    def reorders_redis(self) -> bool:
+        return self.arrivals != "sent" or self.expiry != "after"
+
+
 class Server:
     """Redis plus the bookkeeping that turns its steps into records."""
 
@@ -43,6 +72,7 @@ class Server:
         record_locks: bool = True,
         remove_on_complete: bool = False,
         streaming: bool = False,
+        tie_break: TieBreak | None = None,
     ) -> None:
         self.env = env
         self.policy = policy
@@ -73,6 +103,9 @@ class Server:
         self.on_settle: Callable[[str], None] = lambda job_id: None  # a job reached completed or failed
         self.on_finish_applied: Callable[[str], None] = lambda job_id: None
         self.resident_peak = 0
+        # A non-default tie-break queues each millisecond's arrivals and runs them at the millisecond's end.
+        self.tie_break = tie_break if tie_break is not None and tie_break.reorders_redis else None
+        self._tied: list[Callable[[], None]] = []
 
     # -- transport ---------------------------------------------------------------------------------------
     def send(
@@ -90,7 +123,7 @@ class Server:
             result = op(int(self.env.now))
             self._reply(reply, result, back_ms)
 
-        self.env.timeout(out_ms).callbacks.append(arrive)
+        self.env.timeout(out_ms).callbacks.append(arrive if self.tie_break is None else self._queued(arrive))
         return reply
 
     def send_split(self, kind: str, op: Callable[[int], Any], out_ms: int, back_ms: int) -> simpy.Event:
@@ -101,8 +134,35 @@ class Server:
         def arrive(_: simpy.Event) -> None:
             self._reply(reply, op(int(self.env.now)), back_ms)
 
-        self.env.timeout(out_ms).callbacks.append(arrive)
+        self.env.timeout(out_ms).callbacks.append(arrive if self.tie_break is None else self._queued(arrive))
         return reply
+
+    def _queued(self, step: Callable[[Any], None]) -> Callable[[Any], None]:
+        """`step`, held back to the end of its millisecond and run there in the tie-break's order."""
+
+        def queue(event: Any) -> None:
+            if not self._tied:
+                self.env.timeout(0).callbacks.append(self._run_tied)
+            self._tied.append(lambda: step(event))
+
+        return queue
+
+    def _run_tied(self, _: Any) -> None:
+        steps, self._tied = self._tied, []
+        if self.tie_break.arrivals == "reversed":
+            steps.reverse()
+        for step in steps:
+            if self.tie_break.expiry == "before":
+                self._expire_locks_now()
+            step()
+
+    def _expire_locks_now(self) -> None:
+        """Locks whose expiry millisecond is now expire before the next step (tie-break expiry="before")."""
+        now = int(self.env.now)
+        for job_id in list(self.open_attempts):
+            key = self.keys.lock(job_id)
+            if self.store.expire_at(key) == now:
+                self.store.delete(key)
 
     def _reply(self, reply: simpy.Event, result: Any, back_ms: int) -> None:
         """The reply reaches the client `back_ms` from now: one scheduled event (what `Timeout` does), not a
@@ -133,7 +193,7 @@ class Server:
             else:
                 self._reply(reply, job_id, back_ms)
 
-        self.env.timeout(out_ms).callbacks.append(arrive)
+        self.env.timeout(out_ms).callbacks.append(arrive if self.tie_break is None else self._queued(arrive))
         return reply
 
     def serve_blocked(self) -> None:
