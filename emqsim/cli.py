@@ -292,6 +292,11 @@ def build_parser() -> Parser:
     p.add_argument("notebook", type=existing_file)
     p.add_argument("--timeout", type=seconds, default=600.0, help="per-cell timeout (default 600)")
 
+    from emqsim.tune_cli import add_tune_arguments
+
+    p = sub.add_parser("tune", help="recommend lease, beat and sweep settings from your own measurements")
+    add_tune_arguments(p)
+
     try:
         from emqsim.live import add_live_arguments
     except ImportError:  # the live mode needs the `redis` package: pip install emqsim[live]
@@ -781,6 +786,12 @@ def cmd_grade(args: argparse.Namespace) -> int:
     return grade_notebook(args.notebook, timeout=args.timeout)
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from emqsim.tune_cli import cmd_tune as tune_command
+
+    return tune_command(args)
+
+
 COMMANDS = {
     "sweep": cmd_sweep,
     "run": cmd_run,
@@ -790,6 +801,7 @@ COMMANDS = {
     "scenarios": cmd_scenarios,
     "figures": cmd_figures,
     "grade": cmd_grade,
+    "tune": cmd_tune,
 }
 
 
