@@ -54,7 +54,6 @@ from emqsim.distributions import (
     Fixed,
     LogNormal,
     Uniform,
-    parse_distribution,
 )
 from emqsim.errors import ConfigError
 from emqsim.faults import Network, RandomFaults
@@ -1036,6 +1035,22 @@ def bullmq_settings(c: Candidate) -> dict[str, Any]:
     return out
 
 
+def lock_renew_note(c: Candidate, rtt: float) -> str:
+    """What lockRenewTime means for the heartbeat (BullMQ's LockManager renews on ticks of lockRenewTime/2)."""
+    B = c.predicted.get("renewal_period", c.beat)
+    if c.preset == "bullmq":
+        return (
+            f"(BullMQ derives lockRenewTime = lockDuration/2 = {c.lease * 500:.0f} ms; its lock manager ticks every "
+            f"lockRenewTime/2 = {c.beat * 1000:.0f} ms and, with a {rtt * 1000:g} ms round trip, renews on every "
+            f"tick: a renewal every {B:.4g} s per worker holding jobs. maxStalledCount 1 retries a stalled job once)"
+        )
+    return (
+        f"(lockRenewTime = 2 x beat = {2 * c.beat * 1000:.0f} ms: BullMQ's lock manager ticks every lockRenewTime/2 "
+        f"and renews on each tick, every {c.beat:g} s plus a round trip; leaving lockRenewTime at its default "
+        f"(lockDuration/2) would renew every {c.lease / 4:g} s instead. maxStalledCount 1 retries a stalled job once)"
+    )
+
+
 def scenario_toml(r: TuneResult, c: Candidate | None = None) -> str:
     """The workload and the recommended policy as an emqsim scenario file (`run --config`, `sweep --config`)."""
     c = c or r.recommended
@@ -1136,11 +1151,7 @@ def report(r: TuneResult) -> str:
             "BullMQ Worker options:",
             "  " + ", ".join(f"{k}: {v}" for k, v in bullmq_settings(best).items()),
         ]
-        if best.preset != "bullmq":
-            lines.append(
-                "  (lockRenewTime = 2 x beat: BullMQ's lock manager ticks every lockRenewTime/2; maxStalledCount 1 "
-                "retries a stalled job once)"
-            )
+        lines.append("  " + lock_renew_note(best, _typical_rtt(r.workload.rtt)))
     t = r.timeout.best
     lines += ["", "best fixed timeout, for comparison:"]
     lines.append(

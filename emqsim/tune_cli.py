@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tomllib
 from pathlib import Path
@@ -138,7 +139,7 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
         "--verify", type=whole(0), default=10, help="runs of the answer on fresh seeds (default 10)"
     )
     o = p.add_argument_group("output")
-    o.add_argument("--jobs", type=whole(1), default=1, help="parallel processes (default 1)")
+    o.add_argument("--jobs", type=whole(1), help="parallel processes (default: all cores; same answer)")
     o.add_argument("--seed", type=whole(0), default=0, help="root seed (default 0)")
     o.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     o.add_argument("--quiet", action="store_true", help="no progress")
@@ -225,7 +226,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     workload, limits, space = build_inputs(args)
     say = (lambda msg: print(msg, file=sys.stderr)) if not args.quiet else None
     result = tune(
-        workload, limits, space, seed=args.seed, jobs=args.jobs, verify=args.verify,
+        workload, limits, space, seed=args.seed, jobs=args.jobs or os.cpu_count() or 1, verify=args.verify,
         progress=not args.quiet and sys.stderr.isatty(), say=say,
     )  # fmt: skip
     if args.json:

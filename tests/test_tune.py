@@ -19,8 +19,8 @@ from emqsim.tune import (
     Limits,
     SearchSpace,
     Workload,
-    bullmq_settings,
     build_candidates,
+    bullmq_settings,
     check_limits,
     figure,
     measure,
@@ -273,3 +273,13 @@ def test_cli_bad_tune_file_names_the_line(capsys, tmp_path):
 
 def test_lognormal_default_pause_sample_is_fixed():
     assert Workload().pause_length == LogNormal(0.5, 1.0)
+
+
+def test_p99_limit_per_hour(capsys):
+    code = main(["tune", *TINY, "--per", "hour", "--max-false-reclaims", "20", "--detection", "p99",
+                 "--max-detection", "60", "--json"])  # fmt: skip
+    assert code == 0
+    data = json.loads(capsys.readouterr()[0])
+    best = data["recommended"]
+    assert best is not None and best["metrics"]["detection_p99"]["hi"] <= 60
+    assert data["limits"]["false_reclaims_per"] == "hour"
