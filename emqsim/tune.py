@@ -1126,7 +1126,8 @@ def report(r: TuneResult) -> str:
         f"limits: false reclaims <= {limits.false_reclaims if limits.false_reclaims is not None else 'any'} per {per}; "
         f"detection {limits.detection_stat} <= {limits.detection if limits.detection is not None else 'any'} s; "
         f"Redis <= {limits.requests_per_s if limits.requests_per_s is not None else 'any'} requests/s; "
-        f"confidence {limits.confidence:g} (intervals at {lvl}, Bonferroni over the limits)",
+        f"confidence {limits.confidence:g}: intervals are two-sided at {lvl}, so their upper ends hold together "
+        f"at {limits.confidence:g} over the {max(1, limits.count)} limit(s) (Bonferroni)",
         f"simulated runs: {r.runs} (at most {r.max_runs}); seed {r.seed}",
         "",
     ]
@@ -1205,7 +1206,7 @@ def figure(r: TuneResult):
 
     limits = r.limits
     with plt.rc_context(RC):
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        fig, ax = plt.subplots(figsize=(7.0, 5.0))
         sims = [c for c in r.candidates if c.metrics and objective(c, limits) < math.inf]
         leases = [c for c in sims if c.kind == "lease"]
         xs = [objective(c, limits) for c in leases]
@@ -1214,13 +1215,12 @@ def figure(r: TuneResult):
         sc = ax.scatter(xs, ys, c=zs, cmap="viridis", s=18, label="lease settings (simulated)")
         fig.colorbar(sc, ax=ax, label="Redis requests/s")
         front = r.frontier()
-        ax.plot(
+        ax.scatter(
             [objective(c, limits) for c in front],
             [c.metrics["false_reclaims"].value or 0.0 for c in front],
-            color="#D55E00",
-            lw=1,
-            label="Pareto frontier",
-        )
+            s=70, facecolors="none", edgecolors="#D55E00", linewidths=1.2,
+            label="Pareto frontier (false reclaims, detection, requests)",
+        )  # fmt: skip
         if r.recommended is not None:
             c = r.recommended
             ax.scatter(
@@ -1251,6 +1251,7 @@ def figure(r: TuneResult):
         ax.set_yscale("symlog", linthresh=max(1e-4, (limits.false_reclaims or 1e-3) / 10))
         ax.set_xlabel(f"detection latency {limits.detection_stat} (s)")
         ax.set_ylabel(f"false reclaims per {limits.false_reclaims_per}")
-        ax.legend(loc="upper right")
+        ax.set_ylim(bottom=0)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
         fig.tight_layout()
     return fig
