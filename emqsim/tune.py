@@ -795,6 +795,7 @@ def _race(
     n: dict[int, int] = {}
     active: dict[int, Candidate] = {}
     leader: int | None = None
+    undecided: list[int] = []
     round_no = 0
     while True:
         round_no += 1
@@ -843,6 +844,10 @@ def _race(
                     continue
             if n[i] < space.max_replications:
                 more.add(i)
+            else:  # out of replications, still undecided: it leaves the race (and makes room for the next)
+                c.reason = f"undecided after {n[i]} replications: {c.reason}"
+                undecided.append(i)
+                del active[i]
         contenders = [i for i in active if i != leader]
         say(
             f"{name}: round {round_no}, {len(active)} racing, {len(pending)} waiting, "
@@ -859,7 +864,11 @@ def _race(
         key=lambda c: (c.status != "feasible", objective(c, limits)),
     )
     best = active[leader] if leader is not None else None
-    decided = best is not None and not [i for i in active if i != leader]
+    decided = (
+        best is not None
+        and not [i for i in active if i != leader]
+        and not [i for i in undecided if objective(dict(family)[i], limits) < objective(best, limits)]
+    )
     runner_up = next((c for c in ranked if c is not best), None)
     return Race(best, runner_up, _why_lost(runner_up, best, limits), decided)
 
