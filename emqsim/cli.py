@@ -624,6 +624,11 @@ def build_parser() -> Parser:
 
     add_assignments_parser(sub)
 
+    from emqsim.tune_cli import add_tune_arguments
+
+    p = sub.add_parser("tune", help="recommend lease, beat and sweep settings from your own measurements")
+    add_tune_arguments(p)
+
     live_help = "run the lease protocol on a real Redis with real processes"
     if missing_extra("live"):  # the subcommand stays; running it (even --help) names the extra to install
         p = sub.add_parser("live", help=f"{live_help} (pip install 'emqsim[live]')", add_help=False)
@@ -1670,6 +1675,12 @@ def cmd_assignments(args: argparse.Namespace) -> int:
     return main_assignments(args)
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from emqsim.tune_cli import cmd_tune as tune_command
+
+    return tune_command(args)
+
+
 COMMANDS = {
     "sweep": cmd_sweep,
     "run": cmd_run,
@@ -1683,6 +1694,7 @@ COMMANDS = {
     "figures": cmd_figures,
     "grade": cmd_grade,
     "assignments": cmd_assignments,
+    "tune": cmd_tune,
 }
 
 

@@ -1,0 +1,1266 @@
+"""Tune lease, beat and sweep interval from a team's own measurements (`python -m emqsim tune`).
+
+Input: a `Workload` (job durations, pauses, crashes, network, fleet) and `Limits` (false reclaims per job or
+per hour, detection latency mean or p99, a Redis request budget). Output: the settings with the fastest
+detection that meet every limit at the requested confidence, with intervals, the Pareto frontier, the best
+fixed timeout for comparison, why the runner-up lost and what would change the answer (docs/tune.md).
+
+How the search works:
+  1. candidates: lease x beat (lease/ratio) x sweep interval (or BullMQ's rules with `preset="bullmq"`), and
+     fixed timeouts for comparison;
+  2. closed forms (emqsim.analytic) prune what cannot meet a limit: a detection-latency lower bound over the
+     limit, or a predicted false-reclaim rate from pauses (freeze_lapse_probability) far over the limit;
+     they also give each candidate's predicted metrics;
+  3. racing on the simulator: every candidate left runs `min_replications`; then the leader (fastest decided
+     feasible) and its contenders get more replications, all on the same seeds (common random numbers:
+     a run's seeds derive from (seed, replication) only), until every contender is either decided
+     infeasible or decided not better than the leader by more than the indifference margin, or reaches
+     `max_replications`. The work is bounded: at most candidates x max_replications runs, stated up front.
+
+Intervals (the replication is the unit; one function each, see `rate_interval`, `ratio_interval`,
+`paired_interval`, `bootstrap_interval`):
+  rates      false reclaims: quasi-Poisson Garwood interval, dispersion measured from the per-run counts;
+             no event in any run: the Poisson bound on the exposure divided by the largest cluster one fault
+             can cause (a worker's concurrency: a pause or a lost renewal lapses all of one worker's locks)
+  means      detection latency and Redis requests/s: ratio estimator with a cluster-robust t interval
+  p99        percentile bootstrap over replications (seeded, so deterministic)
+  paired     candidate minus leader on the same seeds: t over per-replication differences (mean) or a
+             paired bootstrap (p99)
+A limit is met when the upper end of a two-sided interval at level 1 - 2(1 - confidence)/k (k limits,
+Bonferroni) is within it: the k one-sided bounds then hold together at `confidence`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from emqsim import analytic
+from emqsim.distributions import (
+    Distribution,
+    Empirical,
+    Exponential,
+    Fixed,
+    LogNormal,
+    Uniform,
+)
+from emqsim.errors import ConfigError
+from emqsim.faults import Network, RandomFaults
+from emqsim.policies import LeasePolicy, LeaseWarning, ReclaimPolicy, TimeoutPolicy
+from emqsim.presets import preset
+from emqsim.scenario import Scenario
+from emqsim.stats import RunSummary
+from emqsim.sweep import run_batch
+
+DEFAULT_LEASES = (5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0)
+DEFAULT_BEAT_RATIOS = (2.0, 3.0, 5.0)
+DEFAULT_SCANS = (1.0, 2.0, 5.0, 10.0, 15.0, 30.0)
+DEFAULT_TIMEOUTS = (30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
+TIMEOUT_SCAN = 5.0  # the timeout reaper's scan, as in the standard timeout policy
+PRUNE_FACTOR = 10.0  # prune a candidate whose closed-form false-reclaim rate is this many times the limit
+VERIFY_SEED_OFFSET = 1_000_003  # fresh seeds for the verification runs
+
+
+# -- what a team measures ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Workload:
+    """What a team can measure about its own system (seconds; rates per worker-hour).
+
+    pause_*    stop-the-world pauses (GC, SIGSTOP, a blocked event loop) as a Poisson process per worker;
+               another kind of pause is one more pair of fields here and one line in `_random_faults`
+    loss       the probability that one renewal is lost (network outages, timeouts)
+    jobs       jobs per simulated run; arrival_rate None means half the fleet's capacity
+    """
+
+    duration: Distribution = LogNormal(20.0, 1.5)
+    workers: int = 4
+    concurrency: int = 2
+    jobs: int = 100
+    arrival_rate: float | None = None
+    crash_rate: float = 2.0
+    restart_after: float = 5.0
+    pause_rate: float = 6.0
+    pause_length: Distribution = LogNormal(0.5, 1.0)
+    rtt: Distribution = LogNormal(0.002, 0.5)
+    loss: float = 0.0
+    command_timeout: float = 1.0
+    horizon: float = 4 * 3600.0
+
+    def __post_init__(self) -> None:
+        for name in ("workers", "concurrency", "jobs"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"workload {name} must be a whole number >= 1, got {value!r}")
+        for name in ("crash_rate", "pause_rate", "restart_after"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+                raise ConfigError(f"workload {name} must be a number >= 0, got {value!r}")
+        if not self.crash_rate > 0:
+            raise ConfigError(
+                "workload crash_rate must be > 0 crashes per worker-hour: with no crashes there is nothing to "
+                "detect (give your best estimate, e.g. 0.5)"
+            )
+        if self.arrival_rate is not None and not (math.isfinite(self.arrival_rate) and self.arrival_rate > 0):
+            raise ConfigError(f"workload arrival_rate must be > 0 jobs per second, got {self.arrival_rate!r}")
+        if not 0 <= self.loss < 1:
+            raise ConfigError(f"workload loss must be a probability in [0, 1), got {self.loss!r}")
+        if not (math.isfinite(self.horizon) and self.horizon > 0):
+            raise ConfigError(f"workload horizon must be > 0 seconds, got {self.horizon!r}")
+
+    @property
+    def rate(self) -> float:
+        """Jobs per second arriving (default: half of what the fleet can run)."""
+        if self.arrival_rate is not None:
+            return self.arrival_rate
+        return 0.5 * self.workers * self.concurrency / max(self.duration.mean(), 1e-3)
+
+    def scenario(self) -> Scenario:
+        return Scenario(
+            name="tune",
+            workers=self.workers,
+            concurrency=self.concurrency,
+            jobs=self.jobs,
+            arrival_rate=self.rate,
+            duration=self.duration,
+            random_faults=_random_faults(self),
+            network=Network(rtt=self.rtt, loss=self.loss, command_timeout=self.command_timeout),
+            horizon=self.horizon,
+        )
+
+
+def _random_faults(w: Workload) -> RandomFaults:
+    """The workload's faults as the engine's per-worker Poisson processes (the one place to map new kinds)."""
+    return RandomFaults(
+        crash_rate=w.crash_rate,
+        restart_after=w.restart_after,
+        freeze_rate=w.pause_rate,
+        freeze_duration=w.pause_length,
+    )
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The team's objectives: None means no limit. Detection latency is minimised subject to the rest."""
+
+    false_reclaims: float | None = 0.01
+    false_reclaims_per: Literal["job", "hour"] = "job"
+    detection: float | None = None
+    detection_stat: Literal["mean", "p99"] = "mean"
+    requests_per_s: float | None = None
+    confidence: float = 0.95
+
+    def __post_init__(self) -> None:
+        if self.false_reclaims_per not in ("job", "hour"):
+            raise ConfigError(
+                f"false reclaims are counted per 'job' or per 'hour', got {self.false_reclaims_per!r}"
+            )
+        if self.detection_stat not in ("mean", "p99"):
+            raise ConfigError(f"the detection statistic is 'mean' or 'p99', got {self.detection_stat!r}")
+        for name in ("false_reclaims", "detection", "requests_per_s"):
+            value = getattr(self, name)
+            if value is not None and not (
+                isinstance(value, int | float) and math.isfinite(value) and value > 0
+            ):
+                raise ConfigError(f"limit {name} must be a number > 0, got {value!r}")
+        if not 0.5 <= self.confidence < 1:
+            raise ConfigError(f"confidence must be in [0.5, 1), e.g. 0.95, got {self.confidence!r}")
+
+    @property
+    def count(self) -> int:
+        return sum(v is not None for v in (self.false_reclaims, self.detection, self.requests_per_s))
+
+    @property
+    def level(self) -> float:
+        """Two-sided level whose upper ends hold jointly (Bonferroni over the limits) at `confidence`."""
+        return 1 - 2 * (1 - self.confidence) / max(1, self.count)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The settings tried. `preset="bullmq"` keeps BullMQ's rules: the heartbeat ticks at lockDuration/4 (no
+    free beat), two-phase sweep by every worker, maxStalledCount 1; then `beat_ratios` is unused."""
+
+    leases: tuple[float, ...] = DEFAULT_LEASES
+    beat_ratios: tuple[float, ...] = DEFAULT_BEAT_RATIOS
+    scans: tuple[float, ...] = DEFAULT_SCANS
+    timeouts: tuple[float, ...] = DEFAULT_TIMEOUTS
+    preset: str | None = None
+    min_replications: int = 3
+    max_replications: int = 30
+    indifference: float = 0.05  # relative: a contender within 5% of the leader's detection is not better
+
+    def __post_init__(self) -> None:
+        if self.preset not in (None, "bullmq"):
+            raise ConfigError(f"tune starts from preset 'bullmq' or from none, got {self.preset!r}")
+        if not self.leases or not self.scans:
+            raise ConfigError("the search space needs at least one lease and one sweep interval")
+        if any(r < 2 for r in self.beat_ratios) or (not self.beat_ratios and self.preset is None):
+            raise ConfigError("beat ratios (lease / beat) must be >= 2, e.g. 3: one late beat must not lapse")
+        if not 2 <= self.min_replications <= self.max_replications:
+            raise ConfigError(
+                "replications: need 2 <= min_replications <= max_replications (an interval needs two runs)"
+            )
+        if not 0 <= self.indifference < 1:
+            raise ConfigError(f"indifference must be a fraction in [0, 1), got {self.indifference!r}")
+
+
+# -- measured durations -------------------------------------------------------------------------------------------
+def read_durations(path: str | os.PathLike) -> Empirical:
+    """Job durations from a file: one number of seconds per line, or a CSV with a `duration` (seconds) column,
+    or BullMQ's `processedOn` and `finishedOn` columns (epoch milliseconds). Blank lines and `#` comments are
+    skipped."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file; check the path of the durations file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc}); give a UTF-8 text or CSV file") from None
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    if not lines:
+        raise ConfigError(f"{path}: no durations in it; one number of seconds per line, or a CSV")
+    rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    header = [h.strip() for h in rows[0]]
+    values: list[float] = []
+
+    def number(cell: str, line: int) -> float:
+        try:
+            value = float(cell)
+        except ValueError:
+            raise ConfigError(f"{path}:{line}: {cell!r} is not a number") from None
+        if not (math.isfinite(value) and value >= 0):
+            raise ConfigError(f"{path}:{line}: a duration must be >= 0 seconds, got {cell!r}")
+        return value
+
+    if {"processedOn", "finishedOn"} <= set(header):
+        a, b = header.index("processedOn"), header.index("finishedOn")
+        for n, row in enumerate(rows[1:], start=2):
+            if len(row) <= max(a, b) or not row[a].strip() or not row[b].strip():
+                continue  # a job that has not finished
+            start, end = number(row[a], n), number(row[b], n)
+            if end < start:
+                raise ConfigError(f"{path}:{n}: finishedOn is before processedOn")
+            values.append((end - start) / 1000)
+    elif "duration" in header:
+        col = header.index("duration")
+        values = [number(row[col], n) for n, row in enumerate(rows[1:], start=2) if len(row) > col]
+    else:
+        values = [number(row[0], n) for n, row in enumerate(rows, start=1)]
+    if not values:
+        raise ConfigError(f"{path}: no finished jobs in it")
+    return Empirical(tuple(values))
+
+
+def distribution_spec(d: Distribution) -> str:
+    """The text `parse_distribution` reads back (for TOML files and reports)."""
+    if isinstance(d, Fixed):
+        return f"{d.value:g}"
+    if isinstance(d, Uniform):
+        return f"uniform:{d.low:g}:{d.high:g}"
+    if isinstance(d, Exponential):
+        return f"exp:{d.mean_value:g}"
+    if isinstance(d, LogNormal):
+        return f"lognormal:{d.median:g}:{d.sigma:g}"
+    if isinstance(d, Empirical):
+        return "empirical:" + ",".join(f"{v:g}" for v in d.values)
+    raise ConfigError(f"cannot write {d!r} as a distribution spec")
+
+
+# -- candidates ------------------------------------------------------------------------------------------------
+@dataclass
+class Metric:
+    """An estimate and its interval (None where no honest interval exists)."""
+
+    value: float | None
+    lo: float | None = None
+    hi: float | None = None
+
+
+@dataclass
+class Candidate:
+    """One setting: its closed-form predictions, its simulated metrics and what the search decided."""
+
+    kind: Literal["lease", "timeout"]
+    lease: float | None = None
+    beat: float | None = None
+    scan: float = 5.0
+    timeout: float | None = None
+    preset: str | None = None
+    predicted: dict[str, float | None] = field(default_factory=dict)
+    replications: int = 0
+    metrics: dict[str, Metric] = field(default_factory=dict)
+    status: str = "open"  # open, pruned, fails, beaten, feasible
+    reason: str = ""
+
+    def policy(self) -> ReclaimPolicy:
+        if self.kind == "timeout":
+            return TimeoutPolicy(self.timeout, self.scan)
+        if self.preset == "bullmq":
+            return preset("bullmq", lease=self.lease, scan=self.scan)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", LeaseWarning)
+            return LeasePolicy(self.lease, self.beat, self.scan)
+
+    def label(self) -> str:
+        if self.kind == "timeout":
+            return f"timeout {self.timeout:g} s, scan {self.scan:g} s"
+        return f"lease {self.lease:g} s, beat {self.beat:g} s, scan {self.scan:g} s"
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "lease": self.lease,
+            "beat": self.beat,
+            "scan": self.scan,
+            "timeout": self.timeout,
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **self.settings(),
+            "preset": self.preset,
+            "status": self.status,
+            "reason": self.reason,
+            "replications": self.replications,
+            "predicted": dict(self.predicted),
+            "metrics": {k: asdict(m) for k, m in self.metrics.items()},
+        }
+
+
+def _typical_rtt(rtt: Distribution) -> float:
+    """The round trip the closed forms use (they take a fixed one): the median, on the ms grid, >= 1 ms."""
+    if isinstance(rtt, Fixed):
+        value = rtt.value
+    elif isinstance(rtt, LogNormal):
+        value = rtt.median
+    else:
+        rng = np.random.default_rng(np.random.SeedSequence(20240))
+        value = float(np.median(rtt.sample(rng, 4001)))
+    return max(analytic.MS, round(value, 3))
+
+
+def _pause_sample(w: Workload) -> np.ndarray:
+    """A fixed sample of pause lengths for the closed-form averages (deterministic)."""
+    rng = np.random.default_rng(np.random.SeedSequence(20241))
+    return np.asarray(w.pause_length.sample(rng, 4000), dtype=float)
+
+
+def build_candidates(space: SearchSpace) -> list[Candidate]:
+    out: list[Candidate] = []
+    for lease in space.leases:
+        for scan in space.scans:
+            if space.preset == "bullmq":
+                out.append(Candidate("lease", lease, round(lease / 4, 3), scan, preset="bullmq"))
+                continue
+            for ratio in space.beat_ratios:
+                beat = round(lease / ratio, 3)
+                if beat >= 0.001:
+                    out.append(Candidate("lease", lease, beat, scan))
+    out.extend(Candidate("timeout", scan=TIMEOUT_SCAN, timeout=t) for t in space.timeouts)
+    return out
+
+
+def predict(c: Candidate, w: Workload, limits: Limits, pauses: np.ndarray) -> None:
+    """Closed-form predictions (emqsim.analytic) for one candidate, with a fixed round trip."""
+    rtt = _typical_rtt(w.rtt)
+    jobs_per_hour = w.rate * 3600
+    if c.kind == "timeout":
+        p = analytic.timeout_false_reclaim_probability(w.duration, c.timeout, c.scan, rtt=rtt)
+        lat = analytic.timeout_detection(c.timeout, c.scan, 0.0, rtt=rtt)
+        c.predicted = {
+            "requests_per_s": 1 / (c.scan + rtt) + 2 * w.rate,
+            "requests_per_s_at_least": 1 / (c.scan + rtt),
+            "false_reclaims_per_job": p,
+            "false_reclaims_per_hour": p * jobs_per_hour,
+            "detection_mean_at_most": lat.mean,
+            "detection_lo": 0.0,
+            "detection_hi": lat.hi,
+        }
+        return
+    policy = c.policy()
+    rule = policy.renewal
+    two_phase = getattr(policy, "two_phase", True)
+    B = analytic.renewal_period(rule, rtt=rtt)
+    lat = analytic.lease_detection(
+        c.lease, rule, c.scan, two_phase=two_phase, swept_by=policy.swept_by, rtt=rtt
+    )
+    lapse = float(np.mean([analytic.freeze_lapse_probability(c.lease, rule, f, rtt=rtt) for f in pauses]))
+    pauses_per_job = w.pause_rate / 3600 * w.duration.mean()
+    per_job = pauses_per_job * lapse
+    if w.loss > 0:
+        k = analytic.losses_to_lapse(c.lease, rule, rtt=rtt, command_timeout=w.command_timeout)
+        per_job += w.duration.mean() / B * w.loss**k  # windows per job x P(k* losses in a row)
+    sweeps = w.workers / (c.scan + rtt) if policy.swept_by == "workers" else 1 / (c.scan + rtt)
+    c.predicted = {
+        "requests_per_s": sweeps + _busy_workers(w) / B + 2 * w.rate,
+        "requests_per_s_at_least": sweeps * _alive_fraction(w),
+        "false_reclaims_per_job": per_job,
+        "false_reclaims_per_hour": per_job * jobs_per_hour,
+        "detection_mean": lat.mean,
+        "detection_mean_exact": float(lat.mean_exact),
+        "detection_lo": lat.lo,
+        "detection_hi": lat.hi,
+        "detection_p99_at_least": _p99_lower_bound(c.lease, B, c.scan, rtt, two_phase),
+        "renewal_period": B,
+        "pause_lapse_probability": lapse,
+        "pause_safe_up_to": c.lease - B,
+    }
+
+
+def _alive_fraction(w: Workload) -> float:
+    """The fraction of time a worker is up: a crash takes it down for `restart_after` seconds."""
+    return 1 / (1 + w.crash_rate / 3600 * w.restart_after)
+
+
+def _busy_workers(w: Workload) -> float:
+    """Workers holding at least one job, on average (slots busy as Poisson arrivals, capped at the fleet)."""
+    per_worker = min(w.rate * w.duration.mean() / w.workers, float(w.concurrency))
+    return w.workers * (1 - math.exp(-per_worker))
+
+
+def _p99_lower_bound(
+    lease: float, B: float, scan: float, rtt: float, two_phase: bool, q: float = 0.99
+) -> float:
+    """The q-quantile of L' + h - u + W (u ~ U(0, B), W ~ U(0, P)): the reaper's detection latency; workers
+    sweeping only delay it (a dead sweeper's hand-over removes sweeps), so it is a lower bound."""
+    P = scan + rtt
+    L2 = max(lease, P) if two_phase else lease
+    h = analytic.one_way(rtt)[0]
+    a, b = min(B, P), max(B, P)  # X = (B - u) + W ~ U(0, B) + U(0, P); T_D = L2 + h - B + X
+
+    def cdf(t: float) -> float:
+        if t <= 0:
+            return 0.0
+        if t >= a + b:
+            return 1.0
+        if t <= a:
+            return t * t / (2 * a * b)
+        if t <= b:
+            return (2 * t - a) / (2 * b)
+        return 1 - (a + b - t) ** 2 / (2 * a * b)
+
+    lo, hi = 0.0, a + b
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < q else (lo, mid)
+    return L2 + h - B + hi
+
+
+def prune(c: Candidate, limits: Limits) -> None:
+    """Rule out, from the closed forms, what cannot meet a limit (a margin covers the random round trip)."""
+    if limits.detection is not None:
+        margin = 1.05 * limits.detection + 0.05
+        if limits.detection_stat == "mean":
+            bound = c.predicted.get("detection_mean", c.predicted.get("detection_lo"))
+        else:
+            bound = c.predicted.get("detection_p99_at_least", c.predicted.get("detection_lo"))
+        if c.kind == "timeout":
+            bound = None  # a timeout's detection depends on when in the job the crash comes: simulate it
+        if bound is not None and bound > margin:
+            c.status = "pruned"
+            c.reason = f"closed form: detection {limits.detection_stat} at least {bound:.2f} s > limit {limits.detection:g} s"
+            return
+    if limits.requests_per_s is not None:
+        floor = 0.9 * c.predicted["requests_per_s_at_least"]
+        if floor > limits.requests_per_s:
+            c.status = "pruned"
+            c.reason = (
+                f"closed form: sweeps alone send {floor:.3g} requests/s > budget {limits.requests_per_s:g}"
+            )
+            return
+    if limits.false_reclaims is not None:
+        key = f"false_reclaims_per_{limits.false_reclaims_per}"
+        predicted = c.predicted.get(key)
+        if predicted is not None and predicted > PRUNE_FACTOR * limits.false_reclaims:
+            c.status = "pruned"
+            c.reason = (
+                f"closed form: {predicted:.3g} false reclaims per {limits.false_reclaims_per}, "
+                f"over {PRUNE_FACTOR:g}x the limit {limits.false_reclaims:g}"
+            )
+
+
+# -- intervals: the replication is the unit ------------------------------------------------------------------
+def _t(level: float, df: int) -> float:
+    from scipy import stats as st
+
+    return float(st.t.ppf((1 + level) / 2, df))
+
+
+def rate_interval(counts: Sequence[float], exposures: Sequence[float], level: float, cluster: int) -> Metric:
+    """Events per unit of exposure over replications: a quasi-Poisson Garwood interval whose dispersion is
+    measured from the per-run counts (at least 1, inflated by (t/z)^2 for estimating it from few runs). With
+    no event in any run: [0, U] with U the Poisson bound -ln((1 - level)/2) on the exposure divided by
+    `cluster`, the most events one fault can cause (so U holds even when events come in clusters)."""
+    from scipy import stats as st
+
+    x = np.asarray(counts, dtype=float)
+    n = np.asarray(exposures, dtype=float)
+    total, exposure = float(x.sum()), float(n.sum())
+    if exposure <= 0 or len(x) < 2:
+        return Metric(total / exposure if exposure > 0 else None)
+    alpha = 1 - level
+    if total == 0:
+        return Metric(0.0, 0.0, -math.log(alpha / 2) * max(1, cluster) / exposure)
+    rate = total / exposure
+    expected = rate * n
+    keep = expected > 0
+    phi = float(((x[keep] - expected[keep]) ** 2 / expected[keep]).sum()) / (len(x) - 1)
+    phi = max(phi, 1.0) * (_t(level, len(x) - 1) / float(st.norm.ppf(1 - alpha / 2))) ** 2
+    k, e = total / phi, exposure / phi
+    lo = float(st.chi2.ppf(alpha / 2, 2 * k)) / 2 / e
+    hi = float(st.chi2.ppf(1 - alpha / 2, 2 * k + 2)) / 2 / e
+    return Metric(rate, lo, hi)
+
+
+def ratio_interval(sums: Sequence[float], counts: Sequence[float], level: float) -> Metric:
+    """sum(S)/sum(N) over replications with a cluster-robust (linearised ratio) t interval; no interval with
+    fewer than two replications or no spread."""
+    s = np.asarray(sums, dtype=float)
+    n = np.asarray(counts, dtype=float)
+    keep = n > 0
+    s, n = s[keep], n[keep]
+    if n.sum() == 0:
+        return Metric(None)
+    m = float(s.sum() / n.sum())
+    r = len(n)
+    if r < 2:
+        return Metric(m)
+    resid = (s - m * n) / n.mean()
+    se = math.sqrt(float((resid**2).sum()) / (r * (r - 1)))
+    if se == 0:
+        return Metric(m)
+    half = _t(level, r - 1) * se
+    return Metric(m, m - half, m + half)
+
+
+def paired_interval(diffs: Sequence[float], level: float) -> Metric:
+    """Mean of per-replication differences (same seeds) with a t interval."""
+    d = np.asarray(diffs, dtype=float)
+    if d.size == 0:
+        return Metric(None)
+    m = float(d.mean())
+    sd = float(d.std(ddof=1)) if d.size > 1 else 0.0
+    if d.size < 2 or sd == 0:
+        return Metric(m)
+    half = _t(level, d.size - 1) * sd / math.sqrt(d.size)
+    return Metric(m, m - half, m + half)
+
+
+def bootstrap_interval(
+    groups: Sequence[Sequence[float]],
+    stat: Callable[[list[Sequence[float]]], float | None],
+    level: float,
+    seed: int,
+    draws: int = 1000,
+) -> Metric:
+    """Percentile bootstrap over replications: resample whole replications (index lists shared by paired
+    statistics), recompute the statistic. Seeded, so deterministic."""
+    value = stat(list(groups))
+    if value is None or len(groups) < 2:
+        return Metric(value)
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(7919,)))
+    idx = rng.integers(0, len(groups), size=(draws, len(groups)))
+    values = [v for row in idx if (v := stat([groups[i] for i in row])) is not None]
+    if not values:
+        return Metric(value)
+    lo, hi = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
+    return Metric(value, float(lo), float(hi))
+
+
+def _p99(groups: list[Sequence[float]]) -> float | None:
+    pooled = [x for g in groups for x in g]
+    return float(np.percentile(pooled, 99)) if pooled else None
+
+
+# -- measuring a candidate --------------------------------------------------------------------------------------
+def measure(c: Candidate, runs: Sequence[RunSummary], limits: Limits, w: Workload, seed: int) -> None:
+    """Fill a candidate's metrics from its runs (replications 0..n-1, same seeds as every other candidate)."""
+    level = limits.level
+    c.replications = len(runs)
+    if limits.false_reclaims_per == "job":
+        exposure = [float(s.jobs) for s in runs]
+    else:
+        exposure = [s.end / 3600 for s in runs]
+    c.metrics["false_reclaims"] = rate_interval(
+        [s.false_reclaims for s in runs], exposure, level, w.concurrency
+    )
+    c.metrics["detection_mean"] = ratio_interval(
+        [math.fsum(s.detection_latencies) for s in runs], [len(s.detection_latencies) for s in runs], level
+    )
+    c.metrics["detection_p99"] = bootstrap_interval([s.detection_latencies for s in runs], _p99, level, seed)
+    c.metrics["requests_per_s"] = ratio_interval([s.requests for s in runs], [s.end for s in runs], level)
+    c.metrics["undetected"] = Metric(float(sum(s.undetected for s in runs)))
+
+
+def objective(c: Candidate, limits: Limits) -> float:
+    m = c.metrics.get(f"detection_{limits.detection_stat}")
+    return m.value if m is not None and m.value is not None else math.inf
+
+
+def check_limits(c: Candidate, limits: Limits) -> tuple[str, str]:
+    """('meets' | 'fails' | 'unknown', why) for all limits together."""
+    checks = [
+        ("false_reclaims", limits.false_reclaims, f"false reclaims per {limits.false_reclaims_per}"),
+        (f"detection_{limits.detection_stat}", limits.detection, f"detection {limits.detection_stat} (s)"),
+        ("requests_per_s", limits.requests_per_s, "Redis requests/s"),
+    ]
+    unknown = []
+    for key, limit, name in checks:
+        if limit is None:
+            continue
+        m = c.metrics[key]
+        if m.value is None:
+            unknown.append(f"{name}: no data")
+        elif m.lo is not None and m.lo > limit:
+            return "fails", f"{name} {_fmt(m)} is over the limit {limit:g}"
+        elif m.hi is None or m.hi > limit:
+            unknown.append(f"{name} {_fmt(m)} vs limit {limit:g}")
+    if unknown:
+        return "unknown", "; ".join(unknown)
+    return "meets", "meets every limit"
+
+
+def _fmt(m: Metric | None, digits: int = 3) -> str:
+    if m is None or m.value is None:
+        return "-"
+    if m.lo is None or m.hi is None:
+        return f"{m.value:.{digits}g} [no interval]"
+    return f"{m.value:.{digits}g} [{m.lo:.{digits}g}, {m.hi:.{digits}g}]"
+
+
+# -- the search -------------------------------------------------------------------------------------------------
+@dataclass
+class Race:
+    """The outcome of racing one family of candidates (leases, or timeouts)."""
+
+    best: Candidate | None
+    runner_up: Candidate | None
+    why_runner_up_lost: str
+    decided: bool
+
+
+@dataclass
+class TuneResult:
+    workload: Workload
+    limits: Limits
+    space: SearchSpace
+    seed: int
+    candidates: list[Candidate]
+    lease: Race
+    timeout: Race
+    runs: int
+    max_runs: int
+    verification: Candidate | None
+    what_would_change: list[str]
+
+    @property
+    def recommended(self) -> Candidate | None:
+        return self.lease.best
+
+    def frontier(self) -> list[Candidate]:
+        """Simulated lease candidates no other one beats on all three of false reclaims, detection, requests."""
+        pts = [
+            c
+            for c in self.candidates
+            if c.kind == "lease" and c.metrics and objective(c, self.limits) < math.inf
+        ]
+
+        def key(c: Candidate) -> tuple[float, float, float]:
+            return (
+                c.metrics["false_reclaims"].value or 0.0,
+                objective(c, self.limits),
+                c.metrics["requests_per_s"].value or 0.0,
+            )
+
+        out = []
+        for c in pts:
+            kc = key(c)
+            if not any(all(a <= b for a, b in zip(key(o), kc, strict=True)) and key(o) != kc for o in pts):
+                out.append(c)
+        return sorted(out, key=lambda c: (objective(c, self.limits), c.lease, c.beat, c.scan))
+
+
+class _Runner:
+    """Runs (candidate, replication) tasks, serially or on a process pool, caching summaries by key."""
+
+    def __init__(
+        self, scenario: Scenario, seed: int, jobs: int, progress: bool, executor: Executor | None = None
+    ):
+        self.scenario = scenario
+        self.seed = seed
+        self.jobs = jobs
+        self.progress = progress
+        self.results: dict[tuple[int, int], RunSummary] = {}
+        self.count = 0
+        self._pool = executor
+        self._own = False
+
+    def __enter__(self) -> _Runner:
+        if self._pool is None and self.jobs > 1:
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs)
+            self._own = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._own and self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+
+    def ensure(
+        self, wanted: dict[int, tuple[ReclaimPolicy, int]], stage: str, seed: int | None = None
+    ) -> None:
+        """Make sure candidate i has replications 0..n-1 (wanted: i -> (policy, n))."""
+        seed = self.seed if seed is None else seed
+        tasks = [
+            (i, self.scenario, policy, seed, r)
+            for i, (policy, n) in sorted(wanted.items())
+            for r in range(n)
+            if (i, r) not in self.results
+        ]
+        if not tasks:
+            return
+        from tqdm.auto import tqdm
+
+        bar = tqdm(
+            total=len(tasks), disable=not self.progress, unit="run", file=sys.stderr, desc=stage, leave=False
+        )
+        try:
+            if self._pool is None:
+                for task in tasks:
+                    self._absorb(run_batch([task]), bar)
+            else:
+                size = max(1, -(-len(tasks) // (8 * self.jobs)))
+                futures = [
+                    self._pool.submit(run_batch, tasks[k : k + size]) for k in range(0, len(tasks), size)
+                ]
+                from concurrent.futures import as_completed
+
+                for f in as_completed(futures):
+                    self._absorb(f.result(), bar)
+        finally:
+            bar.close()
+
+    def _absorb(self, results: list[tuple[int, RunSummary]], bar: Any) -> None:
+        for i, s in results:
+            self.results[(i, s.replication)] = s
+            self.count += 1
+            bar.update(1)
+
+    def runs_of(self, i: int, n: int) -> list[RunSummary]:
+        return [self.results[(i, r)] for r in range(n)]
+
+
+WAVE = 12  # candidates racing at once; more are admitted, best predicted first, as others drop out
+
+
+def detection_floor(c: Candidate, limits: Limits) -> float:
+    """The closed form's lower bound on a candidate's detection statistic, less a margin for the random round
+    trip and crashes before a job's first renewal (0 for timeouts: their latency depends on the job)."""
+    key = "detection_mean" if limits.detection_stat == "mean" else "detection_p99_at_least"
+    value = c.predicted.get(key)
+    return 0.0 if value is None else (value - 0.05) / 1.05
+
+
+def _race(
+    family: list[tuple[int, Candidate]],
+    runner: _Runner,
+    limits: Limits,
+    w: Workload,
+    space: SearchSpace,
+    seed: int,
+    name: str,
+    say: Callable[[str], None],
+) -> Race:
+    """Sequential replications on the candidates that matter, common random numbers across candidates.
+
+    Candidates enter best predicted detection first, WAVE at a time; once a leader (the fastest decided
+    feasible) exists, a candidate whose closed-form detection floor is above the leader's upper bound is out
+    without a run, and a racing one is out when its paired difference to the leader says it is not faster
+    by more than the indifference margin."""
+    pending = sorted(
+        (p for p in family if p[1].status != "pruned"), key=lambda p: (detection_floor(p[1], limits), p[0])
+    )
+    if not pending:
+        return Race(None, None, "every candidate was ruled out by the closed forms", False)
+    n: dict[int, int] = {}
+    active: dict[int, Candidate] = {}
+    leader: int | None = None
+    undecided: list[int] = []
+    round_no = 0
+    while True:
+        round_no += 1
+        if leader is not None:
+            lead = active[leader]
+            m = lead.metrics[f"detection_{limits.detection_stat}"]
+            cutoff = m.hi if m.hi is not None else m.value
+            keep = []
+            for i, c in pending:
+                if detection_floor(c, limits) > cutoff:
+                    c.status = "beaten"
+                    c.reason = (
+                        f"closed form: detection {limits.detection_stat} at least {detection_floor(c, limits):.3g} s, "
+                        f"above the leader's {cutoff:.3g} s"
+                    )
+                else:
+                    keep.append((i, c))
+            pending = keep
+        while pending and len(active) < WAVE:
+            i, c = pending.pop(0)
+            active[i] = c
+            n[i] = space.min_replications
+        runner.ensure({i: (active[i].policy(), n[i]) for i in active}, f"{name} round {round_no}")
+        for i, c in active.items():
+            measure(c, runner.runs_of(i, n[i]), limits, w, seed)
+            verdict, why = check_limits(c, limits)
+            c.status = {"fails": "fails", "meets": "feasible"}.get(verdict, "open")
+            c.reason = why
+        active = {i: c for i, c in active.items() if c.status != "fails"}
+        feasible = {i: c for i, c in active.items() if c.status == "feasible"}
+        leader = min(feasible, key=lambda i: (objective(feasible[i], limits), i)) if feasible else None
+        more: set[int] = set()
+        for i, c in list(active.items()):
+            if i == leader:
+                continue
+            if leader is not None:
+                d = _paired_objective(i, leader, runner, min(n[i], n[leader]), limits, seed)
+                delta = space.indifference * objective(active[leader], limits)
+                if d.value is not None and d.lo is not None and d.lo > -delta:
+                    c.status = "beaten"
+                    c.reason = (
+                        f"detection {limits.detection_stat} {d.value:+.3g} s vs the leader "
+                        f"[{d.lo:+.3g}, {d.hi:+.3g}] (paired, same seeds)"
+                    )
+                    del active[i]
+                    continue
+            if n[i] < space.max_replications:
+                more.add(i)
+            else:  # out of replications, still undecided: it leaves the race (and makes room for the next)
+                c.reason = f"undecided after {n[i]} replications: {c.reason}"
+                undecided.append(i)
+                del active[i]
+        contenders = [i for i in active if i != leader]
+        say(
+            f"{name}: round {round_no}, {len(active)} racing, {len(pending)} waiting, "
+            f"{len(feasible)} decided feasible, {runner.count} runs so far"
+        )
+        if not pending and (not more or (leader is not None and not contenders)):
+            break
+        if leader is not None and n[leader] < space.max_replications and contenders:
+            more.add(leader)
+        for i in more:
+            n[i] = min(space.max_replications, n[i] + max(2, n[i] // 2))
+    ranked = sorted(
+        (c for _, c in family if c.metrics and c.status in ("feasible", "open", "beaten")),
+        key=lambda c: (c.status != "feasible", objective(c, limits)),
+    )
+    best = active[leader] if leader is not None else None
+    decided = (
+        best is not None
+        and not [i for i in active if i != leader]
+        and not [i for i in undecided if objective(dict(family)[i], limits) < objective(best, limits)]
+    )
+    runner_up = next((c for c in ranked if c is not best), None)
+    return Race(best, runner_up, _why_lost(runner_up, best, limits), decided)
+
+
+def _paired_objective(i: int, j: int, runner: _Runner, n: int, limits: Limits, seed: int) -> Metric:
+    a, b = runner.runs_of(i, n), runner.runs_of(j, n)
+    level = limits.level
+    if limits.detection_stat == "mean":
+        diffs = [
+            float(np.mean(x.detection_latencies) - np.mean(y.detection_latencies))
+            for x, y in zip(a, b, strict=True)
+            if x.detection_latencies and y.detection_latencies
+        ]
+        return paired_interval(diffs, level)
+    pairs = [(x.detection_latencies, y.detection_latencies) for x, y in zip(a, b, strict=True)]
+
+    def stat(groups: list[Sequence[float]]) -> float | None:
+        pa = _p99([g[0] for g in groups])  # type: ignore[index]
+        pb = _p99([g[1] for g in groups])  # type: ignore[index]
+        return None if pa is None or pb is None else pa - pb
+
+    return bootstrap_interval(pairs, stat, level, seed)  # type: ignore[arg-type]
+
+
+def _why_lost(runner_up: Candidate | None, best: Candidate | None, limits: Limits) -> str:
+    if runner_up is None:
+        return "no other candidate was simulated"
+    if best is None:
+        return f"{runner_up.label()}: {runner_up.reason}"
+    if runner_up.status == "beaten":
+        return f"{runner_up.label()}: {runner_up.reason}"
+    if runner_up.status == "feasible":
+        return (
+            f"{runner_up.label()}: meets every limit but detects slower "
+            f"({limits.detection_stat} {_fmt(runner_up.metrics[f'detection_{limits.detection_stat}'])} s)"
+        )
+    return f"{runner_up.label()}: not decided at the requested confidence ({runner_up.reason})"
+
+
+def max_runs(candidates: Sequence[Candidate], space: SearchSpace, verify: int) -> int:
+    return sum(c.status != "pruned" for c in candidates) * space.max_replications + 2 * verify
+
+
+def tune(
+    workload: Workload,
+    limits: Limits,
+    space: SearchSpace = SearchSpace(),
+    *,
+    seed: int = 0,
+    jobs: int = 1,
+    verify: int = 10,
+    progress: bool = False,
+    say: Callable[[str], None] | None = None,
+    executor: Executor | None = None,
+) -> TuneResult:
+    """Search lease, beat and sweep interval (and the best fixed timeout, for comparison); see the module doc.
+
+    `verify` replications of the recommendation run on fresh seeds (seed + 1000003) at the end.
+    Same inputs and seed give the same result with any `jobs`."""
+    say = say or (lambda _msg: None)
+    scenario = workload.scenario()
+    candidates = build_candidates(space)
+    pauses = _pause_sample(workload)
+    for c in candidates:
+        predict(c, workload, limits, pauses)
+        prune(c, limits)
+    bound = max_runs(candidates, space, verify)
+    say(
+        f"tune: {len(candidates)} candidates, {sum(c.status == 'pruned' for c in candidates)} ruled out by the "
+        f"closed forms; at most {bound} runs ({space.min_replications} to {space.max_replications} replications "
+        f"each{f', plus {verify} on fresh seeds' if verify else ''})"
+    )
+    indexed = list(enumerate(candidates))
+    with _Runner(scenario, seed, jobs, progress, executor) as runner:
+        lease_race = _race(
+            [p for p in indexed if p[1].kind == "lease"], runner, limits, workload, space, seed, "lease", say
+        )
+        timeout_race = _race(
+            [p for p in indexed if p[1].kind == "timeout"],
+            runner,
+            limits,
+            workload,
+            space,
+            seed,
+            "timeout",
+            say,
+        )
+        verification = None
+        if verify and lease_race.best is not None:
+            best = lease_race.best
+            fresh = replace(
+                best,
+                metrics={},
+                status="verification",
+                reason=f"fresh seeds (root seed {seed + VERIFY_SEED_OFFSET})",
+            )
+            runner.ensure({-1: (best.policy(), verify)}, "verify", seed=seed + VERIFY_SEED_OFFSET)
+            measure(fresh, runner.runs_of(-1, verify), limits, workload, seed)
+            fresh.reason += "; " + check_limits(fresh, limits)[1]
+            verification = fresh
+        runs = runner.count
+    result = TuneResult(
+        workload, limits, space, seed, candidates, lease_race, timeout_race, runs, bound, verification, []
+    )
+    result.what_would_change = what_would_change(result)
+    return result
+
+
+def what_would_change(r: TuneResult) -> list[str]:
+    """Closed-form thresholds and data-driven alternatives around the recommendation."""
+    best = r.recommended
+    if best is None:
+        return [
+            "no setting was decided feasible: loosen a limit, widen the search space or raise max_replications"
+        ]
+    w, limits = r.workload, r.limits
+    p = best.predicted
+    out = [
+        f"a pause (GC, blocked event loop) longer than {p['pause_safe_up_to']:g} s can lapse this lease, and one "
+        f"longer than {best.lease:g} s always does (lapse iff time since the last renewal + pause > lease); your "
+        f"pauses exceed {p['pause_safe_up_to']:g} s with probability {w.pause_length.survival(p['pause_safe_up_to']):.2g}"
+    ]
+    rule = best.policy().renewal
+    rtt = _typical_rtt(w.rtt)
+    k = analytic.losses_to_lapse(best.lease, rule, rtt=rtt, command_timeout=w.command_timeout)
+    out.append(
+        f"{k} renewals lost in a row lapse it (losses_to_lapse); at loss {w.loss:g} per renewal that is {w.loss**k:.2g} per renewal window"
+    )
+    out.append(
+        f"a crash is detected {p['detection_lo']:.1f} to {p['detection_hi']:.1f} s later (closed form, mean "
+        f"{'' if p['detection_mean_exact'] else 'at least '}{p['detection_mean']:.2f} s): a detection limit "
+        f"below {p['detection_lo']:.1f} s needs a shorter lease"
+    )
+    sims = [c for c in r.candidates if c.kind == "lease" and c.metrics and c is not best]
+    req = best.metrics["requests_per_s"].value or 0.0
+    cheaper = [
+        c for c in sims if c.status in ("feasible",) and (c.metrics["requests_per_s"].value or 0.0) < req
+    ]
+    if cheaper:
+        alt = min(cheaper, key=lambda c: objective(c, limits))
+        out.append(
+            f"a Redis budget under {req:.3g} requests/s rules this out; the best decided-feasible setting under it "
+            f"was {alt.label()} ({alt.metrics['requests_per_s'].value:.3g} req/s, detection "
+            f"{limits.detection_stat} {objective(alt, limits):.3g} s)"
+        )
+    fails = [c for c in sims if c.status == "fails" and objective(c, limits) < objective(best, limits)]
+    if fails:
+        alt = min(fails, key=lambda c: objective(c, limits))
+        out.append(
+            f"a looser limit would allow faster detection: {alt.label()} was ruled out because {alt.reason}"
+        )
+    t = r.timeout.best
+    if t is not None:
+        out.append(
+            f"the best fixed timeout ({t.timeout:g} s) detects a crash after up to {t.timeout:g} s and falsely "
+            f"reclaims every job that runs longer (P(duration > {t.timeout:g} s) = {w.duration.survival(t.timeout):.2g})"
+        )
+    return out
+
+
+# -- output ---------------------------------------------------------------------------------------------------
+def bullmq_settings(c: Candidate) -> dict[str, Any]:
+    """The Worker options a BullMQ user pastes, with what lockRenewTime means for the beat."""
+    out: dict[str, Any] = {
+        "lockDuration": int(round(c.lease * 1000)),
+        "stalledInterval": int(round(c.scan * 1000)),
+        "maxStalledCount": 1,
+    }
+    if c.preset != "bullmq":
+        # BullMQ's LockManager ticks every lockRenewTime/2 and renews then (plus a round trip): a beat of B
+        # seconds is lockRenewTime = 2 B.
+        out["lockRenewTime"] = int(round(2 * c.beat * 1000))
+    return out
+
+
+def lock_renew_note(c: Candidate, rtt: float) -> str:
+    """What lockRenewTime means for the heartbeat (BullMQ's LockManager renews on ticks of lockRenewTime/2)."""
+    B = c.predicted.get("renewal_period", c.beat)
+    if c.preset == "bullmq":
+        return (
+            f"(BullMQ derives lockRenewTime = lockDuration/2 = {c.lease * 500:.0f} ms; its lock manager ticks every "
+            f"lockRenewTime/2 = {c.beat * 1000:.0f} ms and, with a {rtt * 1000:g} ms round trip, renews on every "
+            f"tick: a renewal every {B:.4g} s per worker holding jobs. maxStalledCount 1 retries a stalled job once)"
+        )
+    return (
+        f"(lockRenewTime = 2 x beat = {2 * c.beat * 1000:.0f} ms: BullMQ's lock manager ticks every lockRenewTime/2 "
+        f"and renews on each tick, every {c.beat:g} s plus a round trip; leaving lockRenewTime at its default "
+        f"(lockDuration/2) would renew every {c.lease / 4:g} s instead. maxStalledCount 1 retries a stalled job once)"
+    )
+
+
+def scenario_toml(r: TuneResult, c: Candidate | None = None) -> str:
+    """The workload and the recommended policy as an emqsim scenario file (`run --config`, `sweep --config`)."""
+    c = c or r.recommended
+    w = r.workload
+    lines = [
+        "# Written by `python -m emqsim tune`: your workload and the recommended settings.",
+        "[scenario]",
+        'name = "tuned"',
+        f"workers = {w.workers}",
+        f"concurrency = {w.concurrency}",
+        f"jobs = {w.jobs}",
+        f"arrival_rate = {w.rate!r}",
+        f'duration = "{distribution_spec(w.duration)}"',
+        f"horizon = {w.horizon:g}",
+        "",
+        "[scenario.random_faults]",
+        f"crash_rate = {w.crash_rate:g}",
+        f"restart_after = {w.restart_after:g}",
+        f"freeze_rate = {w.pause_rate:g}",
+        f'freeze_duration = "{distribution_spec(w.pause_length)}"',
+        "",
+        "[scenario.network]",
+        f'rtt = "{distribution_spec(w.rtt)}"',
+        f"loss = {w.loss:g}",
+        f"command_timeout = {w.command_timeout:g}",
+    ]
+    if c is not None:
+        lines += ["", "[policy]"]
+        if c.preset == "bullmq":
+            lines += ['kind = "bullmq"', f"lease = {c.lease:g}", f"scan = {c.scan:g}", "max_stalled = 1"]
+        else:
+            lines += ['kind = "lease"', f"lease = {c.lease:g}", f"beat = {c.beat:g}", f"scan = {c.scan:g}"]
+    return "\n".join(lines) + "\n"
+
+
+def _row(c: Candidate, limits: Limits) -> list[str]:
+    m = c.metrics
+    return [
+        c.label(),
+        str(c.replications),
+        _fmt(m.get("false_reclaims")),
+        _fmt(m.get(f"detection_{limits.detection_stat}")),
+        _fmt(m.get("requests_per_s")),
+        c.status,
+    ]
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    cells = [header] + rows
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    out = []
+    for n, r in enumerate(cells):
+        out.append("  ".join(x.ljust(wd) for x, wd in zip(r, widths, strict=True)).rstrip())
+        if n == 0:
+            out.append("  ".join("-" * wd for wd in widths))
+    return "\n".join(out)
+
+
+def report(r: TuneResult) -> str:
+    """The human-readable answer."""
+    limits = r.limits
+    per = limits.false_reclaims_per
+    lvl = f"{limits.level:.1%}".replace(".0%", "%")
+    header = [
+        "settings",
+        "reps",
+        f"false reclaims/{per} [{lvl}]",
+        f"detect {limits.detection_stat} s [{lvl}]",
+        f"Redis req/s [{lvl}]",
+        "status",
+    ]
+    lines = [
+        f"limits: false reclaims <= {limits.false_reclaims if limits.false_reclaims is not None else 'any'} per {per}; "
+        f"detection {limits.detection_stat} <= {limits.detection if limits.detection is not None else 'any'} s; "
+        f"Redis <= {limits.requests_per_s if limits.requests_per_s is not None else 'any'} requests/s; "
+        f"confidence {limits.confidence:g}: intervals are two-sided at {lvl}, so their upper ends hold together "
+        f"at {limits.confidence:g} over the {max(1, limits.count)} limit(s) (Bonferroni)",
+        f"simulated runs: {r.runs} (at most {r.max_runs}); seed {r.seed}",
+        "",
+    ]
+    best = r.recommended
+    if best is None:
+        lines.append("no lease setting was decided feasible at the requested confidence.")
+    else:
+        margin = f"{r.space.indifference:.0%}"
+        if r.lease.decided:
+            state = f"meets every limit; no other setting detects faster by more than {margin}"
+        else:
+            state = (
+                f"meets every limit; the fastest point estimate, but not separated from the runner-up by "
+                f"{r.space.max_replications} replications (the difference is within the noise)"
+            )
+        lines += [f"recommended: {best.label()}", f"  ({state})", _table([_row(best, limits)], header)]
+        if r.verification is not None:
+            lines += [f"on {r.verification.reason}:", _table([_row(r.verification, limits)], header)]
+        lines += ["", f"runner-up: {r.lease.why_runner_up_lost}"]
+        lines += [
+            "",
+            "BullMQ Worker options:",
+            "  " + ", ".join(f"{k}: {v}" for k, v in bullmq_settings(best).items()),
+        ]
+        lines.append("  " + lock_renew_note(best, _typical_rtt(r.workload.rtt)))
+    t = r.timeout.best
+    lines += ["", "best fixed timeout, for comparison:"]
+    lines.append(
+        _table([_row(t, limits)], header)
+        if t is not None
+        else f"  none met the limits ({r.timeout.why_runner_up_lost})"
+    )
+    lines += ["", "Pareto frontier (false reclaims, detection, Redis requests; simulated lease settings):"]
+    lines.append(_table([_row(c, limits) for c in r.frontier()], header))
+    lines += ["", "what would change the answer:"] + [f"  - {x}" for x in r.what_would_change]
+    if best is not None:
+        lines += ["", "emqsim scenario file (python -m emqsim run --config FILE):", scenario_toml(r).rstrip()]
+    return "\n".join(lines)
+
+
+def to_json_dict(r: TuneResult) -> dict[str, Any]:
+    from emqsim import __version__
+
+    best = r.recommended
+    return {
+        "version": __version__,
+        "seed": r.seed,
+        "runs": r.runs,
+        "max_runs": r.max_runs,
+        "limits": asdict(r.limits),
+        "level": r.limits.level,
+        "workload": {
+            k: (distribution_spec(v) if not isinstance(v, int | float | type(None)) else v)
+            for k, v in vars(r.workload).items()
+        },
+        "decided": r.lease.decided,
+        "recommended": best.as_dict() if best else None,
+        "verification": r.verification.as_dict() if r.verification else None,
+        "runner_up": r.lease.runner_up.as_dict() if r.lease.runner_up else None,
+        "why_runner_up_lost": r.lease.why_runner_up_lost,
+        "best_timeout": r.timeout.best.as_dict() if r.timeout.best else None,
+        "frontier": [c.as_dict() for c in r.frontier()],
+        "what_would_change": r.what_would_change,
+        "bullmq": bullmq_settings(best) if best else None,
+        "toml": scenario_toml(r) if best else None,
+        "candidates": [c.as_dict() for c in r.candidates],
+    }
+
+
+def figure(r: TuneResult):
+    """Detection latency vs false reclaims of every simulated setting, coloured by Redis requests/s; the
+    frontier joined, the recommendation and the best timeout marked."""
+    import matplotlib.pyplot as plt
+
+    from emqsim.plots import RC
+
+    limits = r.limits
+    with plt.rc_context(RC):
+        fig, ax = plt.subplots(figsize=(7.0, 5.0))
+        sims = [c for c in r.candidates if c.metrics and objective(c, limits) < math.inf]
+        leases = [c for c in sims if c.kind == "lease"]
+        xs = [objective(c, limits) for c in leases]
+        ys = [c.metrics["false_reclaims"].value or 0.0 for c in leases]
+        zs = [c.metrics["requests_per_s"].value or 0.0 for c in leases]
+        sc = ax.scatter(xs, ys, c=zs, cmap="viridis", s=18, label="lease settings (simulated)")
+        fig.colorbar(sc, ax=ax, label="Redis requests/s")
+        front = r.frontier()
+        ax.scatter(
+            [objective(c, limits) for c in front],
+            [c.metrics["false_reclaims"].value or 0.0 for c in front],
+            s=70, facecolors="none", edgecolors="#D55E00", linewidths=1.2,
+            label="Pareto frontier (false reclaims, detection, requests)",
+        )  # fmt: skip
+        if r.recommended is not None:
+            c = r.recommended
+            ax.scatter(
+                [objective(c, limits)],
+                [c.metrics["false_reclaims"].value or 0.0],
+                marker="*",
+                s=160,
+                color="#D55E00",
+                zorder=5,
+                label=f"recommended: {c.label()}",
+            )
+        if r.timeout.best is not None:
+            c = r.timeout.best
+            ax.scatter(
+                [objective(c, limits)],
+                [c.metrics["false_reclaims"].value or 0.0],
+                marker="s",
+                s=40,
+                color="#000000",
+                zorder=5,
+                label=f"best {c.label()}",
+            )
+        if limits.false_reclaims is not None:
+            ax.axhline(limits.false_reclaims, color="#8C8C8C", ls="--", lw=0.8)
+        if limits.detection is not None:
+            ax.axvline(limits.detection, color="#8C8C8C", ls="--", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("symlog", linthresh=max(1e-4, (limits.false_reclaims or 1e-3) / 10))
+        ax.set_xlabel(f"detection latency {limits.detection_stat} (s)")
+        ax.set_ylabel(f"false reclaims per {limits.false_reclaims_per}")
+        ax.set_ylim(bottom=0)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
+        fig.tight_layout()
+    return fig

@@ -1,0 +1,240 @@
+"""`python -m emqsim tune`: flags and a TOML file ([workload], [limits], [search]) into `emqsim.tune.tune`.
+
+Every value is checked before any run starts; a bad one gets one line and exit status 2 (emqsim.cli).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from emqsim.cli import distribution, existing_file, grid, output_path, probability, seconds, timeouts, whole
+from emqsim.errors import ConfigError
+from emqsim.tune import Limits, SearchSpace, Workload, figure, read_durations, report, to_json_dict, tune
+
+EXAMPLE = """
+examples:
+  python -m emqsim tune --durations durations.csv --pause-rate 12 --pause-length lognormal:2:1 \\
+      --max-false-reclaims 0.01 --max-requests 5
+  python -m emqsim tune --preset bullmq --duration lognormal:20:1.5 --max-detection 40 --json
+  python -m emqsim tune --config tune.toml --plot frontier.png --toml tuned.toml
+"""
+
+WORKLOAD_KEYS = {
+    "duration", "durations", "workers", "concurrency", "jobs", "arrival_rate", "crash_rate", "restart_after",
+    "pause_rate", "pause_length", "rtt", "loss", "command_timeout", "horizon",
+}  # fmt: skip
+LIMIT_KEYS = {
+    "false_reclaims",
+    "false_reclaims_per",
+    "detection",
+    "detection_stat",
+    "requests_per_s",
+    "confidence",
+}
+SEARCH_KEYS = {
+    "leases",
+    "beat_ratios",
+    "scans",
+    "timeouts",
+    "preset",
+    "min_replications",
+    "max_replications",
+    "indifference",
+}
+
+
+def fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (e.g. 0.95)") from None
+    if not 0.5 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in [0.5, 1), e.g. 0.95")
+    return value
+
+
+def rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number (e.g. 2)") from None
+    if not (value >= 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number >= 0 (e.g. 2)")
+    return value
+
+
+def ratios(text: str) -> list[float]:
+    values = grid(text)
+    if any(v < 2 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: lease/beat ratios must be >= 2, e.g. 3 or 2,3,5")
+    return values
+
+
+def add_tune_arguments(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EXAMPLE
+    p.add_argument(
+        "--config", type=existing_file, help="a TOML file with [workload], [limits], [search] tables"
+    )
+    w = p.add_argument_group("your workload (what you measured)")
+    w.add_argument("--duration", type=distribution, help="job durations: lognormal:20:1.5, exp:60, 900, ...")
+    w.add_argument("--durations", type=existing_file, metavar="FILE",
+                   help="measured durations: seconds per line, a CSV with a duration column, or BullMQ's "
+                   "processedOn,finishedOn (ms)")  # fmt: skip
+    w.add_argument("--workers", type=whole(1), help="worker processes (default 4)")
+    w.add_argument("--concurrency", type=whole(1), help="jobs per worker at once (default 2)")
+    w.add_argument("--jobs-per-run", type=whole(1), help="jobs in one simulated run (default 100)")
+    w.add_argument(
+        "--arrival-rate", type=seconds, metavar="PER_S", help="jobs per second (default: half capacity)"
+    )
+    w.add_argument(
+        "--crash-rate", type=seconds, metavar="PER_WORKER_HOUR", help="crashes per worker-hour (default 2)"
+    )
+    w.add_argument(
+        "--restart-after", type=rate, metavar="S", help="a crashed worker restarts after S s (default 5)"
+    )
+    w.add_argument(
+        "--pause-rate",
+        type=rate,
+        metavar="PER_WORKER_HOUR",
+        help="pauses (GC, blocked loop) per worker-hour (default 6)",
+    )
+    w.add_argument("--pause-length", type=distribution, help="pause lengths (default lognormal:0.5:1)")
+    w.add_argument("--rtt", type=distribution, help="round trip to Redis (default lognormal:0.002:0.5)")
+    w.add_argument("--loss", type=probability, help="probability a renewal is lost (default 0)")
+    w.add_argument("--horizon", type=seconds, help="a run stops here (default 14400 s)")
+    g = p.add_argument_group("your limits")
+    g.add_argument(
+        "--max-false-reclaims",
+        type=seconds,
+        metavar="X",
+        help="false reclaims per job (or --per hour); default 0.01",
+    )
+    g.add_argument(
+        "--per", choices=("job", "hour"), help="false reclaims per job (default) or per hour of operation"
+    )
+    g.add_argument("--max-detection", type=seconds, metavar="S", help="detection latency limit in seconds")
+    g.add_argument("--detection", choices=("mean", "p99"), help="which detection statistic (default mean)")
+    g.add_argument(
+        "--max-requests", type=seconds, metavar="PER_S", help="Redis requests per second, whole fleet"
+    )
+    g.add_argument("--confidence", type=fraction, help="joint confidence for the limits (default 0.95)")
+    s = p.add_argument_group("the search")
+    s.add_argument("--preset", choices=("bullmq",), help="tune within BullMQ's rules (tick = lockDuration/4)")
+    s.add_argument("--lease", type=grid, help="leases to try (default 5,10,15,20,30,45,60,90,120)")
+    s.add_argument("--beat-ratio", type=ratios, help="lease/beat ratios to try (default 2,3,5)")
+    s.add_argument("--scan", type=grid, help="sweep intervals to try (default 1,2,5,10,15,30)")
+    s.add_argument("--timeout", type=timeouts, help="fixed timeouts to compare ('none' to skip)")
+    s.add_argument("--min-replications", type=whole(2), help="replications every candidate gets (default 3)")
+    s.add_argument(
+        "--max-replications", type=whole(2), help="most replications of one candidate (default 30)"
+    )
+    s.add_argument(
+        "--verify", type=whole(0), default=10, help="runs of the answer on fresh seeds (default 10)"
+    )
+    o = p.add_argument_group("output")
+    o.add_argument("--jobs", type=whole(1), help="parallel processes (default: all cores; same answer)")
+    o.add_argument("--seed", type=whole(0), default=0, help="root seed (default 0)")
+    o.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    o.add_argument("--quiet", action="store_true", help="no progress")
+    o.add_argument("--plot", type=output_path(".png", ".svg"), help="write the frontier figure")
+    o.add_argument("--toml", type=output_path(".toml"), help="write the tuned scenario + policy file")
+
+
+# -- TOML input -------------------------------------------------------------------------------------------------
+def load_tune_config(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """([workload], [limits], [search]) as keyword arguments, distributions parsed, errors naming the line."""
+    from emqsim.config import _dist, _Located
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    where = _Located(path, text)
+    tables = {"workload": WORKLOAD_KEYS, "limits": LIMIT_KEYS, "search": SEARCH_KEYS}
+    for key in data:
+        if key not in tables:
+            raise where.error(key, "unknown table; a tune file has [workload], [limits] and [search]")
+    out = []
+    for name, allowed in tables.items():
+        table = data.get(name, {})
+        if not isinstance(table, dict):
+            raise where.error(name, "must be a table")
+        for key in table:
+            if key not in allowed:
+                raise where.error(f"{name}.{key}", f"unknown key; allowed: {', '.join(sorted(allowed))}")
+        table = dict(table)
+        for key in ("duration", "pause_length", "rtt"):
+            if key in table:
+                table[key] = _dist(table[key], f"{name}.{key}", where)
+        if "durations" in table:
+            table["duration"] = read_durations(path.parent / str(table.pop("durations")))
+        for key in ("leases", "beat_ratios", "scans", "timeouts"):
+            if key in table:
+                if not isinstance(table[key], list) or not all(
+                    isinstance(v, int | float) for v in table[key]
+                ):
+                    raise where.error(f"{name}.{key}", "must be a list of numbers, e.g. [10, 20, 30]")
+                table[key] = tuple(float(v) for v in table[key])
+        out.append(table)
+    return out[0], out[1], out[2]
+
+
+def build_inputs(args: argparse.Namespace) -> tuple[Workload, Limits, SearchSpace]:
+    """Flags over the TOML file over the defaults; all checked here, before any run."""
+    wk, lk, sk = load_tune_config(args.config) if args.config else ({}, {}, {})
+    if args.duration is not None and args.durations is not None:
+        raise ConfigError("--durations: give either --duration SPEC or --durations FILE, not both")
+    flags = {
+        "duration": args.duration or (read_durations(args.durations) if args.durations else None),
+        "workers": args.workers, "concurrency": args.concurrency, "jobs": args.jobs_per_run,
+        "arrival_rate": args.arrival_rate, "crash_rate": args.crash_rate, "restart_after": args.restart_after,
+        "pause_rate": args.pause_rate, "pause_length": args.pause_length, "rtt": args.rtt, "loss": args.loss,
+        "horizon": args.horizon,
+    }  # fmt: skip
+    wk.update({k: v for k, v in flags.items() if v is not None})
+    lflags = {
+        "false_reclaims": args.max_false_reclaims, "false_reclaims_per": args.per, "detection": args.max_detection,
+        "detection_stat": args.detection, "requests_per_s": args.max_requests, "confidence": args.confidence,
+    }  # fmt: skip
+    lk.update({k: v for k, v in lflags.items() if v is not None})
+    sflags = {
+        "leases": args.lease, "beat_ratios": args.beat_ratio, "scans": args.scan, "timeouts": args.timeout,
+        "preset": args.preset, "min_replications": args.min_replications, "max_replications": args.max_replications,
+    }  # fmt: skip
+    sk.update({k: tuple(v) if isinstance(v, list) else v for k, v in sflags.items() if v is not None})
+    try:
+        return Workload(**wk), Limits(**lk), SearchSpace(**sk)
+    except TypeError as exc:
+        raise ConfigError(f"wrong type of value ({exc})") from None
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from emqsim.plots import savefig
+    from emqsim.stats import write_atomically
+    from emqsim.tune import scenario_toml
+
+    workload, limits, space = build_inputs(args)
+    say = (lambda msg: print(msg, file=sys.stderr)) if not args.quiet else None
+    result = tune(
+        workload, limits, space, seed=args.seed, jobs=args.jobs or os.cpu_count() or 1, verify=args.verify,
+        progress=not args.quiet and sys.stderr.isatty(), say=say,
+    )  # fmt: skip
+    if args.json:
+        sys.stdout.write(json.dumps(to_json_dict(result), indent=2, allow_nan=False) + "\n")
+    else:
+        print(report(result))
+    if args.plot:
+        savefig(figure(result), args.plot)
+    if args.toml and result.recommended is not None:
+        write_atomically(args.toml, scenario_toml(result))
+    return 0
