@@ -399,7 +399,7 @@ def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
     changes: dict[str, Any] = {}
     if faults != list(scenario.faults):
         changes["faults"] = tuple(faults)
-    randoms = {}
+    randoms: dict[str, Any] = {}
     if get("block_rate") is not None or get("block_median") is not None:
         randoms["block_rate"] = get("block_rate") if get("block_rate") is not None else 1.0
         randoms["block_duration"] = LogNormal(get("block_median") or 2.0, 1.5)
@@ -428,6 +428,7 @@ def with_model_options(policy: ReclaimPolicy, args: argparse.Namespace) -> Recla
     if take is not None:
         policy.take_after_wakeup = take == "after-wakeup"
     if track_by is not None:
+        assert policy.renewal is not None  # checked above
         policy.renewal = replace(policy.renewal, track_by=track_by)
     if lazy:
         policy.lazy_fail = True
@@ -1023,7 +1024,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     scenarios = [with_fault_flags(s, args) for s in scenarios]
     use_config_policy = config_policy is not None and not (args.lease or args.preset)
     check_sweep_work(args, scenarios, config_policy if use_config_policy else None)
+    policies: list[ReclaimPolicy]
     if use_config_policy:
+        assert config_policy is not None
         policies = [config_policy] + timeout_policies(args)
     else:
         policies = lease_policies(args) + (

@@ -252,6 +252,7 @@ class Simulation:
 
     def _random_blocks(self, worker: Worker, rng: np.random.Generator):
         faults = self.scenario.random_faults
+        assert faults is not None  # started only when the scenario has random faults
         mean_gap_s = HOUR_MS / 1000 / faults.block_rate
         while True:
             yield self.env.timeout(max(1, to_ms(rng.exponential(mean_gap_s))))

@@ -359,7 +359,9 @@ def space(
     for i, spec in enumerate(faults):
         if spec.offset is None and window is None:
             window = _steady_window(policy, workers, rtt_ms, tick_ms or 0)
-        lo, hi = spec.offset or window
+        offset = spec.offset or window
+        assert offset is not None  # the window is computed for every fault without an offset
+        lo, hi = offset
         dims.append(Dim(f"fault{i}.offset", lo, hi))
         for name, (plo, phi) in spec.params.items():
             dims.append(Dim(f"fault{i}.{name}", plo, phi))
@@ -501,7 +503,7 @@ def _drift(s0: Any, s1: Any, delta: int, depth: int) -> Any:
     """The drift taking s0 to s1 over `delta` ms (integer ms per ms everywhere), or None."""
     if len(s0) != len(s1):
         return None
-    out = []
+    out: list[Any] = []
     if depth == 0:
         for (a0, g0, m0, k0), (a1, g1, m1, k1) in zip(s0, s1, strict=True):
             if g0 != g1 or k0 != k1:
@@ -843,7 +845,8 @@ class _Aggregate:
     BLOCK = 1 << 20  # lines per batch
 
     def __init__(self, sp: Space) -> None:
-        self.space = sp
+        self.space: Space | None = sp  # dropped before the aggregate is sent back from a process
+        self.inner_hi = sp.dims[-1].hi
         self.names = [p.name for p in sp.properties]
         self.held = [0] * len(self.names)
         self.never = 0
@@ -889,7 +892,7 @@ class _Aggregate:
         return int(np.lexsort([columns[i] for i in reversed(self.order)])[0])
 
     def lines(self, cols: list[np.ndarray], line: Any) -> None:
-        hi = self.space.dims[-1].hi
+        hi = self.inner_hi
         n = len(line)
         key = _key_from_order(self.order)
         for j, (start, sig, m, slope) in enumerate(line):

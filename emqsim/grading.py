@@ -331,7 +331,7 @@ def _unsaved_answers(path: Path, test_id: str) -> list[str]:
 def _cells_before(nb: Any, test_id: str) -> list[tuple[str, str, bool]]:
     """(label, source, is answer) of the code cells the checks of `test_id` re-run: the locked cells and the
     answer cells above it. Other test cells and unmarked scratch cells are left out."""
-    out = []
+    out: list[tuple[str, str, bool]] = []
     for index, cell in enumerate(nb.cells):
         meta = _meta(cell)
         if meta.get("grade_id") == test_id:

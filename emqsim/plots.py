@@ -517,7 +517,9 @@ def _draw_timeline(
     lock_rects, deadline_rects, tick_segs, refused_pts = [], [], [], []
     crash_pts: list[tuple[float, float]] = []
     dead_rects, frozen_rects = [], []
-    down_rects, backoff_rects, resend_pts = [], [], []
+    down_rects: list[Any] = []
+    backoff_rects: list[Any] = []
+    resend_pts: list[tuple[float, float]] = []
     for w, mine, row_of in lanes:
         rows = max(row_of.values(), default=0) + 1
         top, bottom = y, y + rows

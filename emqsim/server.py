@@ -90,7 +90,7 @@ class Server:
         self.lock_events: list[LockEvent] = []
         self.sweeps: list[SweepEvent] = []
         self.requests: dict[str, int] = {}
-        self.blocked: deque[tuple[Client, str, simpy.Event, int]] = deque()
+        self.blocked: deque[tuple[Worker, str, simpy.Event, int]] = deque()
         # Parked BZPOPMIN calls on the queue's marker (takes after wake-up): [worker, reply, back_ms, done].
         self.marker_waiters: deque[list[Any]] = deque()
         self.doomed: set[str] = set()  # tokens of takes that got a job marked to fail (`defa`)
@@ -148,6 +148,7 @@ class Server:
         return queue
 
     def _run_tied(self, _: Any) -> None:
+        assert self.tie_break is not None  # only queued under a reordering tie-break
         steps, self._tied = self._tied, []
         if self.tie_break.arrivals == "reversed":
             steps.reverse()

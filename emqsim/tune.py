@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -303,14 +303,32 @@ class Candidate:
     status: str = "open"  # open, pruned, fails, beaten, feasible
     reason: str = ""
 
+    @property
+    def lease_s(self) -> float:
+        """The lease in seconds (lease candidates only)."""
+        assert self.lease is not None, "a timeout candidate has no lease"
+        return self.lease
+
+    @property
+    def beat_s(self) -> float:
+        """The heartbeat in seconds (lease candidates only)."""
+        assert self.beat is not None, "a timeout candidate has no heartbeat"
+        return self.beat
+
+    @property
+    def timeout_s(self) -> float:
+        """The fixed timeout in seconds (timeout candidates only)."""
+        assert self.timeout is not None, "a lease candidate has no timeout"
+        return self.timeout
+
     def policy(self) -> ReclaimPolicy:
         if self.kind == "timeout":
-            return TimeoutPolicy(self.timeout, self.scan)
+            return TimeoutPolicy(self.timeout_s, self.scan)
         if self.preset == "bullmq":
             return preset("bullmq", lease=self.lease, scan=self.scan)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", LeaseWarning)
-            return LeasePolicy(self.lease, self.beat, self.scan)
+            return LeasePolicy(self.lease_s, self.beat_s, self.scan)
 
     def label(self) -> str:
         if self.kind == "timeout":
@@ -376,8 +394,8 @@ def predict(c: Candidate, w: Workload, limits: Limits, pauses: np.ndarray) -> No
     rtt = _typical_rtt(w.rtt)
     jobs_per_hour = w.rate * 3600
     if c.kind == "timeout":
-        p = analytic.timeout_false_reclaim_probability(w.duration, c.timeout, c.scan, rtt=rtt)
-        lat = analytic.timeout_detection(c.timeout, c.scan, 0.0, rtt=rtt)
+        p = analytic.timeout_false_reclaim_probability(w.duration, c.timeout_s, c.scan, rtt=rtt)
+        lat = analytic.timeout_detection(c.timeout_s, c.scan, 0.0, rtt=rtt)
         c.predicted = {
             "requests_per_s": 1 / (c.scan + rtt) + 2 * w.rate,
             "requests_per_s_at_least": 1 / (c.scan + rtt),
@@ -390,16 +408,17 @@ def predict(c: Candidate, w: Workload, limits: Limits, pauses: np.ndarray) -> No
         return
     policy = c.policy()
     rule = policy.renewal
+    assert rule is not None  # a lease candidate's policy renews
     two_phase = getattr(policy, "two_phase", True)
     B = analytic.renewal_period(rule, rtt=rtt)
     lat = analytic.lease_detection(
-        c.lease, rule, c.scan, two_phase=two_phase, swept_by=policy.swept_by, rtt=rtt
+        c.lease_s, rule, c.scan, two_phase=two_phase, swept_by=policy.swept_by, rtt=rtt
     )
-    lapse = float(np.mean([analytic.freeze_lapse_probability(c.lease, rule, f, rtt=rtt) for f in pauses]))
+    lapse = float(np.mean([analytic.freeze_lapse_probability(c.lease_s, rule, f, rtt=rtt) for f in pauses]))
     pauses_per_job = w.pause_rate / 3600 * w.duration.mean()
     per_job = pauses_per_job * lapse
     if w.loss > 0:
-        k = analytic.losses_to_lapse(c.lease, rule, rtt=rtt, command_timeout=w.command_timeout)
+        k = analytic.losses_to_lapse(c.lease_s, rule, rtt=rtt, command_timeout=w.command_timeout)
         per_job += w.duration.mean() / B * w.loss**k  # windows per job x P(k* losses in a row)
     sweeps = w.workers / (c.scan + rtt) if policy.swept_by == "workers" else 1 / (c.scan + rtt)
     c.predicted = {
@@ -411,10 +430,10 @@ def predict(c: Candidate, w: Workload, limits: Limits, pauses: np.ndarray) -> No
         "detection_mean_exact": float(lat.mean_exact),
         "detection_lo": lat.lo,
         "detection_hi": lat.hi,
-        "detection_p99_at_least": _p99_lower_bound(c.lease, B, c.scan, rtt, two_phase),
+        "detection_p99_at_least": _p99_lower_bound(c.lease_s, B, c.scan, rtt, two_phase),
         "renewal_period": B,
         "pause_lapse_probability": lapse,
-        "pause_safe_up_to": c.lease - B,
+        "pause_safe_up_to": c.lease_s - B,
     }
 
 
@@ -472,7 +491,7 @@ def prune(c: Candidate, limits: Limits) -> None:
             c.reason = f"closed form: detection {limits.detection_stat} at least {bound:.2f} s > limit {limits.detection:g} s"
             return
     if limits.requests_per_s is not None:
-        floor = 0.9 * c.predicted["requests_per_s_at_least"]
+        floor = 0.9 * (c.predicted["requests_per_s_at_least"] or 0.0)
         if floor > limits.requests_per_s:
             c.status = "pruned"
             c.reason = (
@@ -557,9 +576,12 @@ def paired_interval(diffs: Sequence[float], level: float) -> Metric:
     return Metric(m, m - half, m + half)
 
 
+Group = TypeVar("Group")  # what one replication contributes to a bootstrapped statistic
+
+
 def bootstrap_interval(
-    groups: Sequence[Sequence[float]],
-    stat: Callable[[list[Sequence[float]]], float | None],
+    groups: Sequence[Group],
+    stat: Callable[[list[Group]], float | None],
     level: float,
     seed: int,
     draws: int = 1000,
@@ -578,7 +600,7 @@ def bootstrap_interval(
     return Metric(value, float(lo), float(hi))
 
 
-def _p99(groups: list[Sequence[float]]) -> float | None:
+def _p99(groups: Sequence[Sequence[float]]) -> float | None:
     pooled = [x for g in groups for x in g]
     return float(np.percentile(pooled, 99)) if pooled else None
 
@@ -598,7 +620,8 @@ def measure(c: Candidate, runs: Sequence[RunSummary], limits: Limits, w: Workloa
     c.metrics["detection_mean"] = ratio_interval(
         [math.fsum(s.detection_latencies) for s in runs], [len(s.detection_latencies) for s in runs], level
     )
-    c.metrics["detection_p99"] = bootstrap_interval([s.detection_latencies for s in runs], _p99, level, seed)
+    latencies: list[Sequence[float]] = [s.detection_latencies for s in runs]
+    c.metrics["detection_p99"] = bootstrap_interval(latencies, _p99, level, seed)
     c.metrics["requests_per_s"] = ratio_interval([s.requests for s in runs], [s.end for s in runs], level)
     c.metrics["undetected"] = Metric(float(sum(s.undetected for s in runs)))
 
@@ -803,6 +826,7 @@ def _race(
             lead = active[leader]
             m = lead.metrics[f"detection_{limits.detection_stat}"]
             cutoff = m.hi if m.hi is not None else m.value
+            assert cutoff is not None  # the leader has a decided value
             keep = []
             for i, c in pending:
                 if detection_floor(c, limits) > cutoff:
@@ -885,12 +909,12 @@ def _paired_objective(i: int, j: int, runner: _Runner, n: int, limits: Limits, s
         return paired_interval(diffs, level)
     pairs = [(x.detection_latencies, y.detection_latencies) for x, y in zip(a, b, strict=True)]
 
-    def stat(groups: list[Sequence[float]]) -> float | None:
-        pa = _p99([g[0] for g in groups])  # type: ignore[index]
-        pb = _p99([g[1] for g in groups])  # type: ignore[index]
+    def stat(groups: list[tuple[list[float], list[float]]]) -> float | None:
+        pa = _p99([g[0] for g in groups])
+        pb = _p99([g[1] for g in groups])
         return None if pa is None or pb is None else pa - pb
 
-    return bootstrap_interval(pairs, stat, level, seed)  # type: ignore[arg-type]
+    return bootstrap_interval(pairs, stat, level, seed)
 
 
 def _why_lost(runner_up: Candidate | None, best: Candidate | None, limits: Limits) -> str:
@@ -986,14 +1010,17 @@ def what_would_change(r: TuneResult) -> list[str]:
         ]
     w, limits = r.workload, r.limits
     p = best.predicted
+    safe = p["pause_safe_up_to"]
+    assert safe is not None  # predicted for every lease candidate
     out = [
         f"a pause (GC, blocked event loop) longer than {p['pause_safe_up_to']:g} s can lapse this lease, and one "
         f"longer than {best.lease:g} s always does (lapse iff time since the last renewal + pause > lease); your "
-        f"pauses exceed {p['pause_safe_up_to']:g} s with probability {w.pause_length.survival(p['pause_safe_up_to']):.2g}"
+        f"pauses exceed {p['pause_safe_up_to']:g} s with probability {w.pause_length.survival(safe):.2g}"
     ]
     rule = best.policy().renewal
+    assert rule is not None  # the recommendation is a lease
     rtt = _typical_rtt(w.rtt)
-    k = analytic.losses_to_lapse(best.lease, rule, rtt=rtt, command_timeout=w.command_timeout)
+    k = analytic.losses_to_lapse(best.lease_s, rule, rtt=rtt, command_timeout=w.command_timeout)
     out.append(
         f"{k} renewals lost in a row lapse it (losses_to_lapse); at loss {w.loss:g} per renewal that is {w.loss**k:.2g} per renewal window"
     )
@@ -1024,7 +1051,7 @@ def what_would_change(r: TuneResult) -> list[str]:
     if t is not None:
         out.append(
             f"the best fixed timeout ({t.timeout:g} s) detects a crash after up to {t.timeout:g} s and falsely "
-            f"reclaims every job that runs longer (P(duration > {t.timeout:g} s) = {w.duration.survival(t.timeout):.2g})"
+            f"reclaims every job that runs longer (P(duration > {t.timeout:g} s) = {w.duration.survival(t.timeout_s):.2g})"
         )
     return out
 
@@ -1033,14 +1060,14 @@ def what_would_change(r: TuneResult) -> list[str]:
 def bullmq_settings(c: Candidate) -> dict[str, Any]:
     """The Worker options a BullMQ user pastes, with what lockRenewTime means for the beat."""
     out: dict[str, Any] = {
-        "lockDuration": int(round(c.lease * 1000)),
+        "lockDuration": int(round(c.lease_s * 1000)),
         "stalledInterval": int(round(c.scan * 1000)),
         "maxStalledCount": 1,
     }
     if c.preset != "bullmq":
         # BullMQ's LockManager ticks every lockRenewTime/2 and renews then (plus a round trip): a beat of B
         # seconds is lockRenewTime = 2 B.
-        out["lockRenewTime"] = int(round(2 * c.beat * 1000))
+        out["lockRenewTime"] = int(round(2 * c.beat_s * 1000))
     return out
 
 
@@ -1049,14 +1076,14 @@ def lock_renew_note(c: Candidate, rtt: float) -> str:
     B = c.predicted.get("renewal_period", c.beat)
     if c.preset == "bullmq":
         return (
-            f"(BullMQ derives lockRenewTime = lockDuration/2 = {c.lease * 500:.0f} ms; its lock manager ticks every "
-            f"lockRenewTime/2 = {c.beat * 1000:.0f} ms and, with a {rtt * 1000:g} ms round trip, renews on every "
+            f"(BullMQ derives lockRenewTime = lockDuration/2 = {c.lease_s * 500:.0f} ms; its lock manager ticks every "
+            f"lockRenewTime/2 = {c.beat_s * 1000:.0f} ms and, with a {rtt * 1000:g} ms round trip, renews on every "
             f"tick: a renewal every {B:.4g} s per worker holding jobs. maxStalledCount 1 retries a stalled job once)"
         )
     return (
-        f"(lockRenewTime = 2 x beat = {2 * c.beat * 1000:.0f} ms: BullMQ's lock manager ticks every lockRenewTime/2 "
+        f"(lockRenewTime = 2 x beat = {2 * c.beat_s * 1000:.0f} ms: BullMQ's lock manager ticks every lockRenewTime/2 "
         f"and renews on each tick, every {c.beat:g} s plus a round trip; leaving lockRenewTime at its default "
-        f"(lockDuration/2) would renew every {c.lease / 4:g} s instead. maxStalledCount 1 retries a stalled job once)"
+        f"(lockDuration/2) would renew every {c.lease_s / 4:g} s instead. maxStalledCount 1 retries a stalled job once)"
     )
 
 

@@ -117,7 +117,7 @@ class Client:
                 read = max(read, back + 2 * back_ms)
         return read - now
 
-    def request(self, kind: str, op: Callable[[int], Any], retry: bool = True) -> Proc:
+    def request(self, kind: str, op: Callable[..., Any], retry: bool = True) -> Proc:
         """One round trip; returns the reply, or LOST (renewals are not retried), or None if the client died."""
         while True:
             lost = self._lost(kind)
@@ -355,6 +355,7 @@ class Worker(Client):
             if policy.renewal is not None and policy.renewal.per_job:
                 self.env.process(self.job_renewer(token))
             if self.slot_procs is not None:
+                assert self.env.active_process is not None  # this slot's own process
                 self.slot_procs[token] = self.env.active_process
             self.sim.job_started(self, attempt)
             # Work: progress stops while frozen (not while the loop is blocked: the job is what blocks it).
@@ -367,6 +368,7 @@ class Worker(Client):
                         return
                     remaining -= (int(self.env.now) - t0) - (self.frozen_total() - f0)
             except simpy.Interrupt:  # a sandboxed processor's child exited: fail the job at once
+                assert self.slot_procs is not None  # only sandboxed slots are interrupted
                 self.slot_procs.pop(token, None)
                 if self.state is not ALIVE and not (yield from self.settle()):
                     return

@@ -253,7 +253,7 @@ class LiveRun:
             )
         self.job_faults: dict[int, list[Crash | Freeze | Block]] = {}
         for fault in scenario.faults:
-            if fault.job is not None:
+            if fault.job is not None and not isinstance(fault, Outage | ChildCrash):  # refused above
                 self.job_faults.setdefault(fault.job, []).append(fault)
         # Run state.
         self.procs: dict[int, Proc] = {}  # started processes by worker id (-1: the reaper)
