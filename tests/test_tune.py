@@ -2,6 +2,10 @@
 
 import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -283,3 +287,34 @@ def test_p99_limit_per_hour(capsys):
     best = data["recommended"]
     assert best is not None and best["metrics"]["detection_p99"]["hi"] <= 60
     assert data["limits"]["false_reclaims_per"] == "hour"
+
+
+UNDECIDED_RACE = """
+import emqsim.tune as tune_module
+from emqsim.tune import Limits, SearchSpace, Workload, tune
+
+tune_module.WAVE = 2  # fewer racing places than candidates that stay undecided
+space = SearchSpace(leases=(10.0, 15.0, 20.0, 30.0, 45.0), beat_ratios=(3.0,), scans=(5.0,), timeouts=(),
+                    min_replications=2, max_replications=2)
+result = tune(Workload(jobs=20), Limits(false_reclaims=0.01), space, seed=0, verify=0)
+print(sorted(c.reason.split(":")[0] for c in result.candidates if c.kind == "lease"))
+print(result.recommended is None, result.lease.decided)
+"""
+
+
+def test_a_race_whose_candidates_all_stay_undecided_ends(tmp_path):
+    """Two replications cannot bound a zero false-reclaim rate below 0.01, so every lease stays undecided at the
+    maximum; each must leave the race to let the waiting ones in (the race once looped forever here)."""
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run(
+        [sys.executable, "-c", UNDECIDED_RACE],
+        capture_output=True,
+        text=True,
+        timeout=300,  # only a hang takes this long
+        env={**os.environ, "PYTHONPATH": str(root)},
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    reasons, verdict = proc.stdout.splitlines()[-2:]
+    assert reasons == str(["undecided after 2 replications"] * 5)
+    assert verdict == "True False"  # nothing recommended, nothing claimed decided
