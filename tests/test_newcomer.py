@@ -253,6 +253,7 @@ def test_packaging_metadata():
     assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "emqsim.__version__"}
     assert any(r.startswith("setuptools>=77") for r in pyproject["build-system"]["requires"])
     assert "Typing :: Typed" in project["classifiers"]
+    assert project["urls"] and all(url.startswith("https://") for url in project["urls"].values())
     assert project["scripts"]["emqsim"] == "emqsim.cli:main"
     changelog = (ROOT / "CHANGELOG.md").read_text()
     assert f"## [{emqsim.__version__}]" in changelog and "## [0.1.0]" in changelog
