@@ -30,7 +30,7 @@ import numpy as np
 from emqsim.distributions import Fixed
 from emqsim.engine import REAPER, simulate
 from emqsim.errors import ConfigError
-from emqsim.faults import Crash, Freeze, Network
+from emqsim.faults import Block, Crash, Freeze, Network, Outage
 from emqsim.policies import ReclaimPolicy
 from emqsim.records import HELD, Run
 from emqsim.scenario import Scenario
@@ -81,28 +81,17 @@ register_fault(FaultKind("crash", (), _place_crash, "the worker dies (SIGKILL)")
 register_fault(FaultKind("freeze", ("length",), _place_pause(Freeze), "a stop-the-world pause of `length`"))
 
 
-def _register_optional_faults() -> None:
-    """Kinds whose fault classes this version of emqsim.faults may not have yet (registered when present)."""
-    from emqsim import faults
-
-    block = getattr(faults, "Block", None)
-    if block is not None:
-        register_fault(
-            FaultKind(
-                "block", ("length",), _place_pause(block), "a blocked event loop: work goes on, no renewals"
-            )
-        )
-    outage = getattr(faults, "Outage", None)
-    if outage is not None:
-
-        def place_outage(target: str, at_ms: int, params: Mapping[str, int], start_ms: int) -> Any:
-            worker = 0 if target == HOLDER else 1
-            return outage(at=(start_ms + at_ms) / 1000, duration=params["length"] / 1000, worker=worker)
-
-        register_fault(FaultKind("outage", ("length",), place_outage, "the worker's connection is down"))
+register_fault(
+    FaultKind("block", ("length",), _place_pause(Block), "a blocked event loop: work goes on, no renewals")
+)
 
 
-_register_optional_faults()
+def _place_outage(target: str, at_ms: int, params: Mapping[str, int], start_ms: int) -> Any:
+    worker = 0 if target == HOLDER else 1
+    return Outage(at=(start_ms + at_ms) / 1000, duration=params["length"] / 1000, worker=worker)
+
+
+register_fault(FaultKind("outage", ("length",), _place_outage, "the worker's connection is down"))
 
 
 @dataclass(frozen=True)
@@ -538,6 +527,16 @@ def _shift(s: Any, drift: Any, t: int, depth: int) -> Any:
     )
 
 
+def _boundaries(*lines: tuple) -> frozenset[int]:
+    """Each piece boundary of the given lines and its two neighbours: where a line between them is sampled
+    too (a piece that is born or dies between two lines is narrowest there, often narrower than `step`)."""
+    found: set[int] = set()
+    for line in lines:
+        for (a, *_), (b, *_) in zip(line, line[1:], strict=False):
+            found.update((a - 1, a, b - 1, b, b + 1))
+    return frozenset(found)
+
+
 def _along(seg: tuple, x: int, depth: int) -> Any:
     """The structure below a segment at coordinate x (a <= x <= b)."""
     a, _, sub, d = seg
@@ -554,21 +553,25 @@ class _Search:
         self.tie_latencies: dict[TieBreak, list[tuple[int, tuple[int, ...]]]] = {}  # least and greatest
 
     # the innermost coordinate: pieces by bisection
-    def line(self, prefix: tuple[int, ...]) -> tuple:
+    def line(self, prefix: tuple[int, ...], hints: frozenset[int] = frozenset()) -> tuple:
+        """The pieces of one line. `hints` are extra coordinates to sample (where the neighbouring lines have
+        piece boundaries), so a piece narrower than `step` that grows out of a neighbour's is not missed."""
         dim = self.dims[-1]
         lo, hi = dim.lo, dim.hi
         ga, ma = self.eval(prefix + (lo,))
         if hi == lo:
             return ((lo, ga, ma, 0),)
-        merged = self._pieces(prefix, lo, ga, ma, hi, None)
+        merged = self._pieces(prefix, lo, ga, ma, hi, None, hints)
         if self.ties:
             self._try_ties(prefix, merged)
         return tuple((a, g, m, 0 if k is None else k) for a, _, g, m, k in merged)
 
-    def _pieces(self, prefix, lo, ga, ma, hi, tie: TieBreak | None) -> list[list]:
-        """Pieces of a..b: sampled every `self.space.step` ms, then bisected between samples."""
+    def _pieces(
+        self, prefix, lo, ga, ma, hi, tie: TieBreak | None, hints: frozenset[int] = frozenset()
+    ) -> list[list]:
+        """Pieces of a..b: sampled every `self.space.step` ms and at `hints`, then bisected between samples."""
         merged: list[list] = []
-        grid = _grid(lo, hi, self.space.step)
+        grid = sorted({*_grid(lo, hi, self.space.step), *(x for x in hints if lo < x < hi)})
         for a, b in zip(grid, grid[1:], strict=False):
             ga, ma = self.eval(prefix + (a,), tie)
             gb, mb = self.eval(prefix + (b,), tie)
@@ -637,9 +640,16 @@ class _Search:
                         self.tie_findings.append((prefix + (max(a, a0),), tie, changed))
 
     # the outer coordinates: segments by bisection on the pattern of the structure below
-    def level(self, prefix: tuple[int, ...], k: int, lo: int | None = None, hi: int | None = None) -> tuple:
+    def level(
+        self,
+        prefix: tuple[int, ...],
+        k: int,
+        lo: int | None = None,
+        hi: int | None = None,
+        hints: frozenset[int] = frozenset(),
+    ) -> tuple:
         if k == len(self.dims) - 1:
-            return self.line(prefix)
+            return self.line(prefix, hints)
         dim = self.dims[k]
         lo = dim.lo if lo is None else lo
         hi = dim.hi if hi is None else hi
@@ -676,7 +686,7 @@ class _Search:
             return
         d = _drift(sa, sb, b - a, depth)
         m = (a + b) // 2
-        sm = self.level(prefix + (m,), k + 1)
+        sm = self.level(prefix + (m,), k + 1, hints=_boundaries(sa, sb) if depth == 0 else frozenset())
         if d is not None and _shift(sa, d, m - a, depth) == sm:
             out.append((a, b, sa, d))
             return

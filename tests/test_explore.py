@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from emqsim import Crash, Fixed, LeasePolicy, Scenario, TimeoutPolicy, Uniform, simulate, standard
-from emqsim.analytic import freeze_lapses, lease_detection
+from emqsim.analytic import block_lapses, freeze_lapses, lease_detection, outage_lapses
 from emqsim.cli import main
 from emqsim.explore import (
     FAULT_KINDS,
@@ -316,3 +316,35 @@ def test_math_of_the_default_window():
     offsets = next(d for d in sp.dims if d.role == "fault0.offset")
     assert offsets.size == 10_000 and offsets.lo + 2 == 10_001  # u = 1 .. 10 000 ms after the send
     assert math.prod(d.size for d in sp.dims) == sp.points
+
+
+# -- the fault kinds issue 14 added: a blocked event loop and a connection outage --------------------------------
+
+
+def _first_failing(kind, lease, beat, scan, offset, longest):
+    policy = LeasePolicy(lease, beat, scan, swept_by="reaper")
+    fault = FaultSpec(kind, offset=(offset, offset), params={"length": (1, longest)})
+    result = explore(space(policy, [fault], sweep_phases=False), ties=False)
+    (boundary,) = [b for b in result.boundaries if b.property == "live_never_reclaimed"]
+    assert boundary.first == boundary.last
+    return boundary.first
+
+
+@pytest.mark.parametrize("since_send", [3, 50, 99])
+def test_block_boundary_is_the_closed_form(since_send):
+    # a blocked loop is a freeze for the lease (no renewal leaves) while the work goes on: same boundary
+    first = _first_failing("block", 0.3, 0.1, 0.05, 100 + since_send - 2, 350)
+    assert first == 300 - since_send + 1
+    assert block_lapses(0.3, since_send / 1000, first / 1000)
+    assert not block_lapses(0.3, since_send / 1000, (first - 1) / 1000)
+
+
+def test_outage_boundary_follows_the_reconnect_backoff():
+    # renewals every 5 s from 5 s; an outage 2 s after a send: the lock lapses iff 2 + R(D) > 20, and R jumps
+    # from 10.076 to 18.179 s just past a 10.076 s outage (BullMQ's reconnect backoff), so the shortest outage
+    # that lapses it is 10.077 s, though it covers only two beats
+    since_send = 2000
+    first = _first_failing("outage", 20.0, 5.0, 1.0, 5000 + since_send - 2, 25_000)
+    assert first == 10_077
+    assert outage_lapses(20.0, since_send / 1000, first / 1000)
+    assert not outage_lapses(20.0, since_send / 1000, (first - 1) / 1000)
