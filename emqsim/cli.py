@@ -30,6 +30,8 @@ from emqsim.presets import PRESETS, presets_table
 from emqsim.scenario import STANDARD, Scenario, standard
 from emqsim.stats import to_csv, to_json
 from emqsim.units import MAX_SECONDS, check_distribution
+from emqsim.verdict import HOSTAGE_AFTER as HOSTAGE_AFTER  # re-exported: the compare table's rule
+from emqsim.verdict import compare_verdict
 
 RUN_REPLICATIONS = 10  # `run`'s default: enough runs for t intervals with 9 degrees of freedom, in seconds
 DEFAULT_TIMEOUTS = (30.0, 120.0, 600.0, 1200.0)
@@ -1417,17 +1419,6 @@ def run_report(row: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-COMPARE_VERDICTS = {
-    ("slow", True): "WRONG: reclaimed from a live worker; the job runs twice",
-    ("slow", False): "right: left alone",
-    ("dead", True): "right: recovered",
-    ("dead", False): "WRONG: not recovered by the horizon",
-}
-# A dead worker's job recovered later than this is held hostage: the same rule as `plots.verdict`'s
-# `slow_after`, so the table and the two-columns figure give each cell the same verdict.
-HOSTAGE_AFTER = 120.0
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
     from emqsim import __version__
     from emqsim.engine import simulate
@@ -1465,22 +1456,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 0
     cells = {}
     for row in rows:
-        kind = "slow" if row["world"] == "slow-but-alive" else "dead"
-        reclaimed = row["reclaimed_fraction"] > 0
-        text = COMPARE_VERDICTS[(kind, reclaimed)]
-        if reclaimed and kind == "slow":
-            text += f" (at {row['reclaimed_after_mean']:.0f} s, in {row['reclaimed_fraction']:.0%} of runs)"
-        elif reclaimed and row["detection_latency_mean_s"] > HOSTAGE_AFTER:
-            text = (
-                f"WRONG: held hostage, recovered only {row['detection_latency_mean_s']:.0f} s after the crash"
-            )
-        elif reclaimed:
-            latency = _ci(
-                row["detection_latency_mean_s"],
+        latency = row["detection_latency_mean_s"]
+        text = compare_verdict(
+            row["world"] == "slow-but-alive",
+            reclaimed_fraction=row["reclaimed_fraction"],
+            reclaimed_after=row["reclaimed_after_mean"],
+            latency=latency,
+            latency_text=_ci(
+                latency,
                 row["detection_latency_mean_s_ci"],
                 lower_bound=bool(row["detection_latency_censored"]),
-            )
-            text += f" {latency} s after the crash (mean [95% CI])"
+            ),
+        ).text
         cells[(row["world"], row["rule"])] = text
     print(f"timeout {args.timeout:g} s vs lease {args.lease:g} s / beat {args.beat:g} s (scan {args.scan:g} s), "
           f"{args.replications} runs each")  # fmt: skip

@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
@@ -31,6 +31,7 @@ from matplotlib.rcsetup import cycler
 from matplotlib.ticker import FuncFormatter, LogFormatterSciNotation
 
 from emqsim.records import DUPLICATE_COMPLETION, Attempt, Run
+from emqsim.verdict import HOSTAGE_AFTER, Verdict, clock, reclaim_time, verdict
 
 __all__ = [
     "OKABE_ITO",
@@ -121,14 +122,6 @@ def savefig(fig: Figure | SubFigure, path: str | os.PathLike, *, dpi: int = 150)
 
 
 # -- labels ---------------------------------------------------------------------------------------------------
-def clock(seconds: float) -> str:
-    """A time as m:ss (or h:mm:ss): 602.6 -> '10:03'."""
-    total = int(math.floor(seconds + 0.5))
-    h, rest = divmod(total, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
 def _num(x: float | None) -> str:
     return "?" if x is None else f"{x:g}"
 
@@ -145,58 +138,6 @@ def policy_label(settings: Mapping[str, Any]) -> str:
         text = f"lease {_num(settings['lease'])} s, beat {_num(settings.get('beat'))} s"
         return text if name == "lease" else f"{name} ({text})"
     return str(name)
-
-
-# -- verdicts -------------------------------------------------------------------------------------------------
-class Verdict(NamedTuple):
-    text: str
-    good: bool
-
-
-def _times(n: int) -> str:
-    return {1: "once", 2: "twice"}.get(n, f"{n} times")
-
-
-def verdict(run: Run, *, slow_after: float = 120.0) -> Verdict:
-    """One line on what happened to the run's jobs: a false reclaim and its consequence, how long a dead
-    worker's job took to recover, or a clean finish. `good` is False for a false reclaim, a job never
-    recovered, or a recovery slower than `slow_after` seconds."""
-    attempts = run.attempts
-    false = [a for a in attempts if a.false_reclaim]
-    if false:
-        first = min(false, key=lambda a: _reclaim_time(a) or 0.0)  # a false reclaim has a time
-        same = [a for a in attempts if a.job == first.job]
-        ran = sum(a.started_at is not None for a in same)
-        parts = [f"wrongly reclaimed at {clock(_reclaim_time(first) or 0.0)}", f"ran {_times(ran)}"]
-        completions = sum(a.finish_result == "accepted" for a in same)
-        if completions > 1:
-            parts.append(f"completed {_times(completions)}")
-        if any(a.finish_result not in (None, "accepted") for a in same):
-            parts.append("stale finish rejected")
-        if len(false) > 1:
-            parts.append(f"{len(false)} false reclaims in all")
-        return Verdict(", ".join(parts), False)
-    dead = [a for a in attempts if a.died_at is not None]
-    if dead:
-        found = [a.detection_latency for a in dead if a.detection_latency is not None]
-        lost = [a for a in dead if a.detection_latency is None]
-        if lost:
-            held = max(run.end - died for a in lost if (died := a.died_at) is not None)
-            return Verdict(f"never recovered: held {held:.0f} s until the run stopped", False)
-        if len(found) == 1:
-            text = f"recovered {found[0]:.0f} s after the crash"
-        else:
-            text = f"{len(found)} jobs recovered {min(found):.0f}-{max(found):.0f} s after crashes"
-        return Verdict(text, max(found) <= slow_after)
-    done = [a for a in attempts if a.finish_result == "accepted"]
-    dup = sum(a.outcome == DUPLICATE_COMPLETION for a in attempts)
-    if len(done) == 1 and not dup:
-        return Verdict(f"never reclaimed, finished once at {clock(done[0].finish_applied_at or 0.0)}", True)
-    return Verdict(f"{len(done)} finishes, {dup} duplicates, no reclaim", dup == 0)
-
-
-def _reclaim_time(a: Attempt) -> float | None:
-    return a.reclaimed_at if a.reclaimed_at is not None else a.failed_at
 
 
 # -- timeline -------------------------------------------------------------------------------------------------
@@ -413,7 +354,7 @@ def _shapes(run: Run, workers: Mapping[int, _Worker]) -> list[_Shape]:
         w = workers[a.worker]
         segments = _split(start, max(start, work_end), w.frozen, w.blocked)
         if a.died_at is not None:
-            end = _reclaim_time(a)
+            end = reclaim_time(a)
             segments.append((a.died_at, run.end if end is None else end, "held"))
         locks, renewals, refused = [], [], []
         opened: float | None = None
@@ -437,7 +378,7 @@ def _shapes(run: Run, workers: Mapping[int, _Worker]) -> list[_Shape]:
         if timeout is not None:
             # The clock stops when the job leaves `active`: reclaimed, or finished by any of its attempts.
             limit = a.taken_at + timeout
-            leaves = [t for t in (_reclaim_time(a), run.end) if t is not None] + [
+            leaves = [t for t in (reclaim_time(a), run.end) if t is not None] + [
                 t for t in finished.get(a.job, ()) if t >= a.taken_at
             ]
             end = min(limit, min(leaves))
@@ -638,7 +579,7 @@ def _draw_timeline(
     for s in shapes:
         a = s.attempt
         yc = ypos[id(a)]
-        t = _reclaim_time(a)
+        t = reclaim_time(a)
         if t is not None:
             points.setdefault("reclaim_wrong" if a.false_reclaim else "reclaim_right", []).append((t, yc))
             nxt = by_job[a.job].get(a.attempt + 1)
@@ -787,7 +728,7 @@ def two_columns(
     rules: Sequence[str] = ("timeout", "lease"),
     title: str | None = None,
     share_row_time: bool = True,
-    slow_after: float = 120.0,
+    slow_after: float = HOSTAGE_AFTER,
 ) -> Figure:
     """A grid of timelines: rows are worker kinds (`kinds`), columns are rules (`rules`); keys of
     `runs_by_cell` are (kind, rule). Each panel is titled with its one-line verdict (green when right,
