@@ -225,7 +225,7 @@ def frontier_caption(rows: list[dict[str, Any]], seed: int) -> str:
     """What the frontier figure's rows are, read from the rows themselves."""
     scenarios = sorted({r["scenario"] for r in rows})
     reps = sorted({r["replications"] for r in rows})
-    jobs = sorted({r["jobs"] // r["replications"] for r in rows})
+    jobs = sorted({r["jobs_total"] // r["replications"] for r in rows})
     if len(scenarios) != 1 or len(reps) != 1 or len(jobs) != 1:
         raise ValueError(f"frontier rows mix scenarios/replications/jobs: {scenarios} {reps} {jobs}")
     return (
@@ -297,7 +297,7 @@ def _heatmap(out: Path, quick: bool, processes: int) -> list[Path]:
     rows = [row for row, _ in cells.run(processes)]
     fig = plots.heatmap(
         rows,
-        labels={"redis_commands_per_s": f"Redis requests per second ({scenario.workers} workers)"},
+        labels={"redis_requests_per_s": f"Redis requests per second ({scenario.workers} workers)"},
         title="The lease sets how long a dead worker's job waits; the heartbeat sets what it costs Redis"
         "\n(sweep every 5 s; hatched: beat too close to the lease)",
     )
