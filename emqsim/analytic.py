@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -312,6 +313,30 @@ def timeout_detection(
     P = sweep_period(scan, rtt, resolution)
     base = _on_grid(timeout, resolution) + eps - _on_grid(crash_after, resolution) - back
     return Latency(mean=base + _mean_min_wait(P, sweepers, resolution), lo=base, hi=base + P - eps)
+
+
+# -- the basic model's latency CDFs (for drawing beside empirical CDFs) --------------------------------------
+def uniform_sum_cdf(t: np.ndarray, a: float, b: float) -> np.ndarray:
+    """CDF of U(0, a) + U(0, b) at `t` (either width may be 0)."""
+    t = np.asarray(t, dtype=float)
+    a, b = min(a, b), max(a, b)
+    if a <= 0:
+        return np.clip(t / b, 0.0, 1.0) if b > 0 else (t >= 0).astype(float)
+    out = np.where(t <= a, t**2 / (2 * a * b), (2 * t - a) / (2 * b))
+    out = np.where(t >= b, 1 - (a + b - t) ** 2 / (2 * a * b), out)
+    return np.clip(np.where(t <= 0, 0.0, np.where(t >= a + b, 1.0, out)), 0.0, 1.0)
+
+
+def lease_latency_cdf(lease: float, beat: float, scan: float) -> Callable[[np.ndarray], np.ndarray]:
+    """The basic model's CDF of a crash's detection latency under a lease (no rtt, continuous clock; the
+    engine's exact mean and range are `lease_detection`): T_D = (L - u) + v, u ~ U(0, B), v ~ U(0, S)."""
+    return lambda t: uniform_sum_cdf(np.asarray(t) - (lease - beat), beat, scan)
+
+
+def timeout_latency_cdf(timeout: float, scan: float, die_within: float) -> Callable[[np.ndarray], np.ndarray]:
+    """The basic model's CDF of the detection latency under a timeout when the worker dies d ~ U(0, die_within)
+    into the job (no rtt, continuous clock; exact values: `timeout_detection`): T_D = (T - d) + v, v ~ U(0, S)."""
+    return lambda t: uniform_sum_cdf(np.asarray(t) - (timeout - die_within), die_within, scan)
 
 
 # -- timeout: false reclaims of slow but alive jobs --------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from emqsim import analytic, plots
+from emqsim.analytic import lease_latency_cdf, timeout_latency_cdf
 from emqsim.distributions import Fixed, Uniform
 from emqsim.engine import simulate
 from emqsim.faults import Crash
@@ -39,29 +40,6 @@ __all__ = [
 
 SEED = 20240
 KEY_FIGURES = ("two-columns", "timeline-fast-dead-lease", "frontier", "latency-cdf", "freeze-curve")
-
-
-# -- theory: the basic model's CDFs (emqsim.analytic gives the exact means and bounds) ----------------------
-def _uniform_sum_cdf(t: np.ndarray, a: float, b: float) -> np.ndarray:
-    """CDF of U(0, a) + U(0, b)."""
-    t = np.asarray(t, dtype=float)
-    a, b = min(a, b), max(a, b)
-    if a <= 0:
-        return np.clip(t / b, 0.0, 1.0) if b > 0 else (t >= 0).astype(float)
-    out = np.where(t <= a, t**2 / (2 * a * b), (2 * t - a) / (2 * b))
-    out = np.where(t >= b, 1 - (a + b - t) ** 2 / (2 * a * b), out)
-    return np.clip(np.where(t <= 0, 0.0, np.where(t >= a + b, 1.0, out)), 0.0, 1.0)
-
-
-def lease_latency_cdf(lease: float, beat: float, scan: float) -> Callable[[np.ndarray], np.ndarray]:
-    """Detection latency of a crash under a lease: T_D = (L - u) + v, u ~ U(0, B), v ~ U(0, S)."""
-    return lambda t: _uniform_sum_cdf(np.asarray(t) - (lease - beat), beat, scan)
-
-
-def timeout_latency_cdf(timeout: float, scan: float, die_within: float) -> Callable[[np.ndarray], np.ndarray]:
-    """Detection latency under a timeout when the worker dies d ~ U(0, die_within) into the job:
-    T_D = (T - d) + v, v ~ U(0, S)."""
-    return lambda t: _uniform_sum_cdf(np.asarray(t) - (timeout - die_within), die_within, scan)
 
 
 # -- runs ---------------------------------------------------------------------------------------------------
@@ -225,7 +203,7 @@ def frontier_caption(rows: list[dict[str, Any]], seed: int) -> str:
     """What the frontier figure's rows are, read from the rows themselves."""
     scenarios = sorted({r["scenario"] for r in rows})
     reps = sorted({r["replications"] for r in rows})
-    jobs = sorted({r["jobs"] // r["replications"] for r in rows})
+    jobs = sorted({r["jobs_total"] // r["replications"] for r in rows})
     if len(scenarios) != 1 or len(reps) != 1 or len(jobs) != 1:
         raise ValueError(f"frontier rows mix scenarios/replications/jobs: {scenarios} {reps} {jobs}")
     return (
@@ -297,7 +275,7 @@ def _heatmap(out: Path, quick: bool, processes: int) -> list[Path]:
     rows = [row for row, _ in cells.run(processes)]
     fig = plots.heatmap(
         rows,
-        labels={"redis_commands_per_s": f"Redis requests per second ({scenario.workers} workers)"},
+        labels={"redis_requests_per_s": f"Redis requests per second ({scenario.workers} workers)"},
         title="The lease sets how long a dead worker's job waits; the heartbeat sets what it costs Redis"
         "\n(sweep every 5 s; hatched: beat too close to the lease)",
     )

@@ -15,6 +15,7 @@ from emqsim.analytic import (
     freeze_lapses,
     lapse_probability_per_window,
     lease_detection,
+    lease_latency_cdf,
     losses_to_lapse,
     lost_renewal_lapse_probability,
     one_way,
@@ -24,6 +25,8 @@ from emqsim.analytic import (
     sweep_period,
     timeout_detection,
     timeout_false_reclaim_probability,
+    timeout_latency_cdf,
+    uniform_sum_cdf,
 )
 
 BASIC = {"rtt": 0.0, "resolution": 0.0}  # the reference theory's continuous model
@@ -355,3 +358,48 @@ def test_hand_over_lag_and_its_closed_form():
     )
     with pytest.raises(ValueError):
         lease_detection(30, 10, 5, sweepers=1)
+
+
+# -- the basic model's latency CDFs ----------------------------------------------------------------------------
+def test_basic_lease_and_timeout_cdfs():
+    t = np.linspace(0, 60, 601)
+    cdf = lease_latency_cdf(30, 10, 5)(t)
+    assert cdf[t <= 20].max() == 0 and cdf[t >= 35].min() == 1
+    assert np.all(np.diff(cdf) >= -1e-12)
+    mean = float(np.sum(1 - cdf) * (t[1] - t[0]))
+    assert mean == pytest.approx(30 - 10 / 2 + 5 / 2, abs=0.1)  # E[T_D] = L - B/2 + S/2
+    t2 = np.linspace(0, 200, 2001)
+    tcdf = timeout_latency_cdf(120, 5, 50)(t2)
+    assert tcdf[t2 <= 70].max() == 0 and tcdf[t2 >= 125].min() == 1
+    dying_halfway = timeout_detection(120, 5, 25, **BASIC).mean  # the mean death is halfway into U(0, 50)
+    assert float(np.trapezoid(1 - tcdf, t2)) == pytest.approx(dying_halfway, rel=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("L", "B", "S"), [g for g in GRID if g[2] <= g[0]]
+)  # a slower sweep: not the basic model
+def test_basic_lease_cdf_agrees_with_lease_detection_in_the_basic_model(L, B, S):
+    """Range and mean of the CDF are those of `lease_detection` with rtt 0 and a continuous clock."""
+    exact = lease_detection(L, B, S, swept_by="reaper", **BASIC)
+    t = np.linspace(0, exact.hi * 1.2, 200_001)
+    cdf = lease_latency_cdf(L, B, S)(t)
+    assert cdf[t < exact.lo - 1e-9].max(initial=0.0) == 0 and cdf[t >= exact.hi].min() == 1
+    mean = float(np.trapezoid(1 - cdf, t))
+    assert mean == pytest.approx(exact.mean, rel=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"), [(1.0, 1.0), (2.0, 5.0), (5.0, 2.0), (0.0, 3.0), (3.0, 0.0), (0.25, 40.0)]
+)
+def test_uniform_sum_cdf_matches_samples(a, b):
+    """Against 200,000 draws of U(0, a) + U(0, b) (a fixed seed): within the Kolmogorov-Smirnov 99.9% band."""
+    rng = np.random.default_rng(np.random.SeedSequence(20240))
+    draws = np.sort(rng.uniform(0, a, 200_000) + rng.uniform(0, b, 200_000))
+    empirical = np.arange(1, draws.size + 1) / draws.size
+    gap = np.abs(uniform_sum_cdf(draws, a, b) - empirical).max()
+    assert gap < 1.95 / math.sqrt(draws.size)
+    assert uniform_sum_cdf(np.array([-1.0, a + b + 1]), a, b).tolist() == [0.0, 1.0]
+
+
+def test_uniform_sum_cdf_of_two_points_is_a_step():
+    assert uniform_sum_cdf(np.array([-0.5, 0.0, 0.5]), 0.0, 0.0).tolist() == [0.0, 1.0, 1.0]

@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 
 import emqsim.cli as cli
+import emqsim.cli.building
+import emqsim.cli.work
 from emqsim.cli import main
+from emqsim.scenario import standard
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["--scenario", "fast-dead", "--timeout", "600", "--replications", "2", "--jobs", "1", "--quiet"]
@@ -23,7 +26,7 @@ def test_the_estimate_refuses_before_any_work_and_yes_overrides_it(
 ) -> None:
     import emqsim.sweep
 
-    monkeypatch.setattr(cli, "MAX_COMMANDS", 10.0)
+    monkeypatch.setattr(emqsim.cli.work, "MAX_COMMANDS", 10.0)
     ran: list[int] = []
     real = emqsim.sweep.run_sweep
 
@@ -51,8 +54,8 @@ def test_a_billion_policies_are_counted_not_built(
         built.append(1)
         raise AssertionError("policies were built before the estimate")
 
-    monkeypatch.setattr(cli, "LeasePolicy", no_building)
-    monkeypatch.setattr(cli, "TimeoutPolicy", no_building)
+    monkeypatch.setattr(emqsim.cli.building, "LeasePolicy", no_building)
+    monkeypatch.setattr(emqsim.cli.building, "TimeoutPolicy", no_building)
     code = main(["sweep", "--lease", "1001:2000:1", "--beat", "1:1000:1", "--scan", "1:1000:1"])
     err = capsys.readouterr().err
     assert code == 2 and not built and "5,000,020,000 cells" in err and "--yes" in err
@@ -61,15 +64,15 @@ def test_a_billion_policies_are_counted_not_built(
 def test_the_estimate_covers_the_default_sweep() -> None:
     """The default sweep (5 scenarios x 5 policies x 30 replications) is well inside the limit."""
     args = cli.build_parser().parse_args(["sweep"])
-    count, beat, scan = cli._policy_grid(args, None)
-    total = sum(cli.commands_per_run(cli.standard(n), beat, scan) for n in cli.DEFAULT_SCENARIOS) * count * 30
+    count, beat, scan = cli.policy_grid(args, None)
+    total = sum(cli.commands_per_run(standard(n), beat, scan) for n in cli.DEFAULT_SCENARIOS) * count * 30
     assert count == 5 and total < cli.MAX_COMMANDS / 10
 
 
 def test_jobs_above_the_cores_are_clamped_with_a_notice(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(cli, "usable_cores", lambda: 1)
+    monkeypatch.setattr(emqsim.cli.work, "usable_cores", lambda: 1)
     assert main(["sweep", "--scenario", "fast-dead", "--timeout", "600", "--replications", "2", "--jobs", "500",
                  "--quiet", "--json"]) == 0  # fmt: skip
     err = capsys.readouterr().err

@@ -19,12 +19,15 @@ missing; EMQSIM_REQUIRE_BULLMQ=1 turns the skip into a failure.
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from emqsim import validate_bullmq as vb
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "validation"))  # beside its node scripts
+import validate_bullmq as vb  # noqa: E402
 
 CRASH = vb.Settings(lock_ms=2000, stalled_ms=3000)
 FREEZE = vb.Settings(lock_ms=2000, stalled_ms=2000)

@@ -244,6 +244,12 @@ BAD = [
     (["sweep", "--scenario", "nope"], "choose one of: slow-alive"),
     (["sweep", "--preset", "nope"], "choose one of: bullmq"),
     (["sweep", "--preset", "bullmq", "--beat", "5"], "derives its heartbeat"),
+    (["run", "--preset", "bullmq", "--beat", "5"], "derives its heartbeat"),  # one preset check for both
+    (["run", "--preset", "bullmq", "--timeout", "5"], "has no timeout; it takes lease, scan"),
+    (
+        ["sweep", "--preset", "bullmq", "--timeout", "60", "--scan", "1", "--lease", "7", "--beat", "2"],
+        "--beat",
+    ),
     (["sweep", "--replications", "0"], "--replications"),
     (["sweep", "--jobs", "0"], "--jobs"),
     (["sweep", "--seed", "-1"], "--seed"),

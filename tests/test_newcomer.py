@@ -22,7 +22,6 @@ import emqsim
 from emqsim import LeasePolicy, TimeoutPolicy, simulate, standard
 from emqsim.cli import (
     CSV_PROVENANCE_PREFIX,
-    HOSTAGE_AFTER,
     build_parser,
     example_files,
     main,
@@ -32,6 +31,7 @@ from emqsim.config import load_config
 from emqsim.distributions import Empirical, parse_distribution, read_durations
 from emqsim.errors import ConfigError
 from emqsim.scenario import STANDARD
+from emqsim.verdict import HOSTAGE_AFTER
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -150,9 +150,8 @@ def test_compare_agrees_with_the_figure(capsys):
 
     code, out, _ = run_cli(capsys, "compare", "--replications", "2")
     assert code == 0
-    rows = {
-        line.split("  ")[0].strip(): line for line in out.splitlines() if line.startswith(("slow", "fast"))
-    }
+    worlds = out.split("\n\n")[1:]  # one block per world: its name, then a line per rule
+    rows = {block.splitlines()[0]: block for block in worlds}
     assert "WRONG: held hostage" in rows["fast-but-dead"] and "right: recovered" in rows["fast-but-dead"]
     held = simulate(standard("fast-dead", die_after=1.0), TimeoutPolicy(600, 5), seed=0)
     assert held.attempts[0].detection_latency > HOSTAGE_AFTER and not verdict(held).good  # the figure: wrong

@@ -170,9 +170,9 @@ def test_latency_cdf_with_bounds_and_theory():
 
 def test_heatmap_marks_missing_cells():
     rows = [
-        {"lease": 10.0, "beat": 2.0, "detection_latency_mean": 11.0, "redis_commands_per_s": 2.0},
-        {"lease": 30.0, "beat": 2.0, "detection_latency_mean": 31.0, "redis_commands_per_s": 2.1},
-        {"lease": 30.0, "beat": 10.0, "detection_latency_mean": 27.0, "redis_commands_per_s": 0.5},
+        {"lease": 10.0, "beat": 2.0, "detection_latency_mean_s": 11.0, "redis_requests_per_s": 2.0},
+        {"lease": 30.0, "beat": 2.0, "detection_latency_mean_s": 31.0, "redis_requests_per_s": 2.1},
+        {"lease": 30.0, "beat": 10.0, "detection_latency_mean_s": 27.0, "redis_requests_per_s": 0.5},
     ]
     fig = plots.heatmap(rows, title="finding")
     panels = [ax for ax in fig.get_axes() if ax.get_label() != "<colorbar>"]
@@ -185,10 +185,15 @@ def test_heatmap_marks_missing_cells():
 
 def test_freeze_curve_groups_and_theory():
     rows = [
-        {"label": "a", "freeze": f, "false_reclaim_rate": r, "false_reclaim_rate_ci": [0, min(1, r + 0.1)]}
+        {
+            "label": "a",
+            "freeze": f,
+            "false_reclaims_per_job": r,
+            "false_reclaims_per_job_ci": [0, min(1, r + 0.1)],
+        }
         for f, r in ((0, 0.0), (20, 0.0), (30, 1.0))
     ] + [
-        {"label": "b", "freeze": f, "false_reclaim_rate": r, "false_reclaim_rate_ci": [0, 0.2]}
+        {"label": "b", "freeze": f, "false_reclaims_per_job": r, "false_reclaims_per_job_ci": [0, 0.2]}
         for f, r in ((0, 0.0), (30, 0.1))
     ]
     ax = plots.freeze_curve(rows, theory={"a": ([0, 20, 30], [0, 0, 1])}, marks={"L": 30})
@@ -211,3 +216,25 @@ def test_savefig_is_deterministic_and_leaves_unchanged_files_alone(tmp_path, run
     assert "<dc:date>" not in svg and "Matplotlib v" not in svg
     with pytest.raises(ValueError):
         plots.savefig(fig, tmp_path / "a.jpg")
+
+
+def test_rows_under_deprecated_names_still_plot_during_0_3():
+    """A row that gives a metric only under its 0.2 name (hand-written, or from a 0.2 file) draws the same."""
+    from emqsim.plots.common import metric
+    from emqsim.stats import DEPRECATED_KEYS
+
+    current = {"lease": 30.0, "beat": 10.0, "detection_latency_mean_s": 27.0, "redis_requests_per_s": 0.5}
+    old = {next((o for o, n in DEPRECATED_KEYS.items() if n == k), k): v for k, v in current.items()}
+    assert "detection_latency_mean" in old and "redis_commands_per_s" in old
+    assert metric(old, "detection_latency_mean_s") == metric(current, "detection_latency_mean_s") == 27.0
+    texts = []
+    for rows, labels in (
+        ([current], {"redis_requests_per_s": "req/s"}),
+        ([old], {"redis_commands_per_s": "req/s"}),
+    ):
+        fig = plots.heatmap(rows, labels=labels)
+        texts.append(
+            [t.get_text() for ax in fig.get_axes() for t in ax.texts]
+            + [a.get_title(loc="left") for a in fig.get_axes()]
+        )
+    assert texts[0] == texts[1] and "req/s" in texts[0] and "27" in texts[0]

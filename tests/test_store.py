@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import emqsim.store as store_module
 from emqsim.store import KeyStore, ResponseError, stringmatch
 
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
@@ -462,13 +461,8 @@ def test_active_cycle_is_deterministic_for_a_seed() -> None:
 def test_results_do_not_depend_on_pythonhashseed() -> None:
     script = textwrap.dedent(
         """
-        import importlib.util, sys
         import numpy as np
-        # load store.py alone, without the package's heavy imports
-        spec = importlib.util.spec_from_file_location("store", sys.argv[1])
-        store = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(store)
-        KeyStore = store.KeyStore
+        from emqsim.store import KeyStore
         now = [0]
         log = []
         ks = KeyStore(lambda: now[0], rng=np.random.default_rng(3), on_evict=lambda k, t, h: log.append(k))
@@ -483,7 +477,7 @@ def test_results_do_not_depend_on_pythonhashseed() -> None:
     )
     outputs = {
         subprocess.run(
-            [sys.executable, "-c", script, store_module.__file__],
+            [sys.executable, "-c", script],
             env={"PYTHONHASHSEED": seed, "PYTHONPATH": ":".join(sys.path)},
             capture_output=True, text=True, check=True,
         ).stdout

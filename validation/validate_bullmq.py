@@ -1,9 +1,9 @@
 """Validate the `bullmq` preset against the real library: BullMQ 6 workers on a real Redis, real faults.
 
-    python -m emqsim.validate_bullmq crash --victims 24 --rounds 3
-    python -m emqsim.validate_bullmq freeze --lengths 1.2,1.4,1.6,1.8,2.0,2.2 --per-length 12
-    python -m emqsim.validate_bullmq block --lengths 1.2,1.4,1.6,1.8,2.0,2.2 --per-length 12
-    python -m emqsim.validate_bullmq all --json validation.json    (what docs/bullmq-validation.md reports)
+    python validation/validate_bullmq.py crash --victims 24 --rounds 3
+    python validation/validate_bullmq.py freeze --lengths 1.2,1.4,1.6,1.8,2.0,2.2 --per-length 12
+    python validation/validate_bullmq.py block --lengths 1.2,1.4,1.6,1.8,2.0,2.2 --per-length 12
+    python validation/validate_bullmq.py all --json validation.json    (what docs/bullmq-validation.md reports)
 
 A round starts `victims` queues on one private redis-server (unix socket, no persistence). Each queue gets one
 job, one victim worker process (`worker.mjs`: a BullMQ `Worker`, concurrency 1, a processor that sleeps) and
@@ -28,7 +28,9 @@ a renewal every lockRenewTime; a single-phase sweep) go through the same compari
 them apart. Each job is also replayed: from its measured renewals and sweeps, BullMQ's rules say when it
 must come back, and that is checked to the millisecond.
 
-Importing this module needs neither node nor redis: `requirements_missing()` says what is absent.
+It lives beside its node scripts (validation/bullmq), outside the installed package: run it from a checkout,
+with emqsim importable (`pip install -e .`). Importing it needs neither node nor redis:
+`requirements_missing()` says what is absent.
 """
 
 from __future__ import annotations
@@ -67,9 +69,7 @@ from emqsim.presets import preset
 from emqsim.scenario import Scenario
 from emqsim.stats import mean_ci, wilson_ci
 
-SCRIPTS_DIR = Path(
-    os.environ.get("EMQSIM_BULLMQ_DIR", Path(__file__).resolve().parents[1] / "validation" / "bullmq")
-)
+SCRIPTS_DIR = Path(os.environ.get("EMQSIM_BULLMQ_DIR", Path(__file__).resolve().parent / "bullmq"))
 INSTALL_HINT = (
     "install the node deps with `npm ci --prefix validation/bullmq --ignore-scripts` (node >= 18.3, npm)"
 )
@@ -1034,7 +1034,7 @@ def print_freeze(report: dict[str, Any]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m emqsim.validate_bullmq", description=__doc__.split("\n")[0]
+        prog="python validation/validate_bullmq.py", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "what", choices=("crash", "freeze", "block", "all"), help="all: crash, crash at 1.5x, freeze, block"

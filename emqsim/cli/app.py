@@ -1,0 +1,61 @@
+"""`emqsim` (`python -m emqsim`): parse, dispatch to the command, and turn every expected failure into one
+line on stderr and an exit status (2 for bad input, 130/143 when interrupted)."""
+
+from __future__ import annotations
+
+import errno
+import sys
+from collections.abc import Sequence
+
+from emqsim.cli.commands import COMMANDS
+from emqsim.cli.parser import build_parser
+from emqsim.cli.process import GuardedStdout, StdoutError, detach_stdout, ignore_further_interrupts
+from emqsim.errors import ConfigError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    if sys.stdout is None:  # started with standard output closed (`>&-`)
+        print(
+            "emqsim: error: standard output is closed; redirect it instead, e.g. > /dev/null", file=sys.stderr
+        )
+        return 2
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    args.argv = argv  # the command line, for the provenance written with results
+    if args.command == "live":
+        from emqsim.live import main_live
+
+        handler = main_live
+    else:
+        handler = COMMANDS[args.command]
+    stdout = sys.stdout
+    sys.stdout = GuardedStdout(stdout)  # type: ignore[assignment]
+    try:
+        code = handler(args)
+        sys.stdout.flush()  # a full disk or closed pipe shows here, not as a traceback at exit
+        return code
+    except ConfigError as exc:
+        message = " ".join(str(exc).splitlines())  # one line, whatever a value held
+        print(f"emqsim {args.command}: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        ignore_further_interrupts()
+        print("emqsim: interrupted", file=sys.stderr)
+        return 130
+    except StdoutError as exc:
+        detach_stdout()
+        if exc.errno == errno.EPIPE:  # `emqsim ... | head`: the reader has all it wanted
+            return 0
+        print(
+            f"emqsim {args.command}: error: cannot write to standard output ({exc.strerror})", file=sys.stderr
+        )
+        return 2
+    except BrokenPipeError:
+        detach_stdout()
+        return 0
+    except OSError as exc:  # a failing disk or folder: one line, no traceback
+        print(f"emqsim {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        sys.stdout = stdout

@@ -1,0 +1,217 @@
+"""Scenarios and policies built from the flags, checked before anything runs (a bad combination is a
+ConfigError naming the flag)."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import warnings
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, NoReturn
+
+from emqsim.distributions import Distribution
+from emqsim.errors import ConfigError
+from emqsim.faults import Crash, Freeze, Network
+from emqsim.policies import LeasePolicy, LeaseWarning, ReclaimPolicy, TimeoutPolicy
+from emqsim.presets import PRESETS, Preset
+from emqsim.scenario import Scenario, standard
+
+DEFAULT_TIMEOUTS = (30.0, 120.0, 600.0, 1200.0)
+DEFAULT_SCENARIOS = ("slow-alive", "fast-dead", "frozen", "flaky-network", "production")
+
+
+def fail(flag: str, message: str) -> NoReturn:
+    """Refuse the flag `flag`: one line naming it and saying what to do."""
+    raise ConfigError(f"{flag}: {message}")
+
+
+def check_preset_flags(chosen: Preset, keys: Sequence[str]) -> None:
+    """Refuse a setting flag (--lease, --beat, --scan, --timeout: `keys`) that the preset does not take."""
+    for key in keys:
+        if key in chosen.defaults:
+            continue
+        if key == "beat" and "lease" in chosen.defaults:
+            fail("--beat", f"preset {chosen.name!r} derives its heartbeat from the lease; drop --beat")
+        fail(f"--{key}", f"preset {chosen.name!r} has no {key}; it takes {', '.join(chosen.defaults)}")
+
+
+def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
+    """The scenario with the fault flags' faults added (checked here, before anything runs)."""
+    from emqsim.distributions import LogNormal
+    from emqsim.faults import Block, ChildCrash, Outage, RandomFaults
+
+    get = lambda name: getattr(args, name, None)  # noqa: E731
+    faults = list(scenario.faults)
+    if get("block_after") is not None and get("block_for") is None:
+        fail("--block-after", "needs --block-for X (the block's length in seconds)")
+    if get("block_for") is not None:  # replaces the scenario's own block of job 0 (as --freeze-for does)
+        faults = [f for f in faults if not isinstance(f, Block) or f.job != 0]
+        faults.append(
+            Block(job=0, after=span_dist(get("block_after") or (0.0, 0.0)), duration=args.block_for)
+        )
+    if (get("outage_at") is None) != (get("outage_for") is None):
+        fail(
+            "--outage-at" if get("outage_at") is None else "--outage-for",
+            "give both --outage-at T and --outage-for X",
+        )
+    if get("failover_lag") is not None and get("outage_at") is None:
+        fail("--failover-lag", "needs --outage-at T and --outage-for X (the failover's downtime)")
+    if get("outage_at") is not None:
+        faults.append(
+            Outage(at=args.outage_at, duration=args.outage_for, lost_writes=get("failover_lag") or 0.0)
+        )
+    if get("child_crash_after") is not None:
+        faults.append(ChildCrash(job=0, after=span_dist(args.child_crash_after)))
+    changes: dict[str, Any] = {}
+    if faults != list(scenario.faults):
+        changes["faults"] = tuple(faults)
+    randoms: dict[str, Any] = {}
+    if get("block_rate") is not None or get("block_median") is not None:
+        randoms["block_rate"] = get("block_rate") if get("block_rate") is not None else 1.0
+        randoms["block_duration"] = LogNormal(get("block_median") or 2.0, 1.5)
+    if get("outage_rate") is not None or get("outage_median") is not None:
+        randoms["outage_rate"] = get("outage_rate") if get("outage_rate") is not None else 0.5
+        randoms["outage_duration"] = LogNormal(get("outage_median") or 2.0, 1.0)
+    if randoms:
+        base = scenario.random_faults or RandomFaults(restart_after=None)
+        changes["random_faults"] = replace(base, **randoms)
+    return scenario.with_(**changes) if changes else scenario
+
+
+def with_model_options(policy: ReclaimPolicy, args: argparse.Namespace) -> ReclaimPolicy:
+    """The policy with --take/--track-by/--lazy-fail applied (lease policies only)."""
+    take, track_by, lazy = (
+        getattr(args, "take", None),
+        getattr(args, "track_by", None),
+        getattr(args, "lazy_fail", False),
+    )
+    if take is None and track_by is None and not lazy:
+        return policy
+    if policy.renewal is None:
+        flag = "--take" if take else "--track-by" if track_by else "--lazy-fail"
+        fail(flag, f"{policy.name!r} has no lease: the BullMQ model options apply to lease policies only")
+    policy = copy.deepcopy(policy)
+    if take is not None:
+        policy.take_after_wakeup = take == "after-wakeup"
+    if track_by is not None:
+        assert policy.renewal is not None  # checked above
+        policy.renewal = replace(policy.renewal, track_by=track_by)
+    if lazy:
+        policy.lazy_fail = True
+    return policy
+
+
+def lease_policies(args: argparse.Namespace) -> list[ReclaimPolicy]:
+    scans = args.scan or [5.0]
+    if args.preset:
+        chosen = PRESETS[args.preset]
+        policies = []
+        check_preset_flags(chosen, [key for key in ("lease", "scan", "beat") if getattr(args, key)])
+        for scan in args.scan or [None]:
+            for lease in args.lease or [None]:
+                overrides = {k: v for k, v in (("lease", lease), ("scan", scan)) if v is not None}
+                for beat in args.beat or [None]:
+                    policies.append(chosen.policy(**overrides, **({} if beat is None else {"beat": beat})))
+        return policies
+    leases = args.lease or [30.0]
+    pairs = []
+    for lease in leases:
+        for beat in args.beat or [lease / 3]:
+            if beat >= lease:
+                continue
+            pairs.append((lease, beat))
+    if not pairs:
+        fail(
+            "--beat",
+            f"every heartbeat {args.beat} is >= every lease {leases}; use a beat shorter than the lease, e.g. lease/3",
+        )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LeaseWarning)
+        policies = [LeasePolicy(lease, beat, scan) for lease, beat in pairs for scan in scans]
+    for w in {str(w.message) for w in caught}:
+        print(f"emqsim: warning: {w}", file=sys.stderr)
+    skipped = len(leases) * len(args.beat or [0]) - len(pairs)
+    if skipped and args.beat:
+        print(f"emqsim: note: skipped {skipped} (lease, beat) pair(s) with beat >= lease", file=sys.stderr)
+    return policies
+
+
+def timeout_policies(args: argparse.Namespace) -> list[ReclaimPolicy]:
+    values = DEFAULT_TIMEOUTS if args.timeout is None else args.timeout
+    return [TimeoutPolicy(t, scan) for t in values for scan in (args.scan or [5.0])]
+
+
+def single_policy(args: argparse.Namespace) -> ReclaimPolicy:
+    if args.preset:
+        chosen = PRESETS[args.preset]
+        overrides = {
+            k: getattr(args, k) for k in ("lease", "beat", "scan", "timeout") if getattr(args, k) is not None
+        }
+        check_preset_flags(chosen, list(overrides))
+        return chosen.policy(**overrides)
+    scan = args.scan or 5.0
+    if getattr(args, "policy", None) == "lease" and args.timeout is not None:
+        fail("--timeout", "--policy lease has no timeout; drop --timeout or use --policy timeout")
+    if getattr(args, "policy", None) == "timeout" or (
+        args.timeout is not None and args.lease is None and args.beat is None
+    ):
+        if args.lease is not None or args.beat is not None:
+            fail(
+                "--lease",
+                "the timeout policy has no lease or heartbeat; drop --lease/--beat or use --policy lease",
+            )
+        return TimeoutPolicy(args.timeout or 600.0, scan)
+    if args.timeout is not None:
+        fail("--timeout", "the lease policy has no timeout; use --policy timeout")
+    lease = args.lease or 30.0
+    beat = args.beat or lease / 3
+    if beat >= lease:
+        fail("--beat", f"{beat:g} must be shorter than the lease ({lease:g}); try --beat {lease / 3:g}")
+    return LeasePolicy(lease, beat, scan)
+
+
+def run_scenario(args: argparse.Namespace) -> Scenario:
+    if args.config:
+        from emqsim.config import load_config
+
+        scenario, _ = load_config(args.config)
+    else:
+        scenario = standard(args.scenario)
+    changes: dict[str, Any] = {}
+    for flag, field in (("workers", "workers"), ("concurrency", "concurrency"), ("job_count", "jobs"),
+                        ("duration", "duration"), ("horizon", "horizon")):  # fmt: skip
+        value = getattr(args, flag, None)
+        if value is not None:
+            changes[field] = value
+    faults = list(scenario.faults)
+    if getattr(args, "die_after", None) is not None:
+        faults = [f for f in faults if not isinstance(f, Crash) or f.job != 0]
+        faults.append(Crash(job=0, after=span_dist(args.die_after)))
+    if getattr(args, "freeze_for", None) is not None or getattr(args, "freeze_after", None) is not None:
+        if args.freeze_for is None:
+            fail("--freeze-after", "needs --freeze-for X (the pause length in seconds)")
+        faults = [f for f in faults if not isinstance(f, Freeze) or f.job != 0]
+        faults.append(
+            Freeze(job=0, after=span_dist(args.freeze_after or (0.0, 0.0)), duration=args.freeze_for)
+        )
+    changes["faults"] = tuple(faults)
+    if getattr(args, "remove_on_complete", False):
+        changes["remove_on_complete"] = True
+    if getattr(args, "loss", None) is not None or getattr(args, "rtt", None) is not None:
+        net = scenario.network
+        changes["network"] = Network(
+            rtt=args.rtt if args.rtt is not None else net.rtt,
+            loss=args.loss if args.loss is not None else net.loss,
+            loss_on=net.loss_on,
+            command_timeout=net.command_timeout,
+        )
+    return with_fault_flags(scenario.with_(**changes), args)
+
+
+def span_dist(pair: tuple[float, float]) -> float | Distribution:
+    from emqsim.distributions import Uniform
+
+    low, high = pair
+    return low if low == high else Uniform(low, high)

@@ -1,0 +1,367 @@
+"""The subcommands: `sweep`, `run`, `compare`, `timeline` and the listings; each takes the parsed flags and
+returns an exit status."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+
+from emqsim.cli.argtypes import example_files, missing_extra
+from emqsim.cli.building import (
+    DEFAULT_SCENARIOS,
+    fail,
+    lease_policies,
+    run_scenario,
+    single_policy,
+    timeout_policies,
+    with_fault_flags,
+    with_model_options,
+)
+from emqsim.cli.process import StopSignals
+from emqsim.cli.saving import save_rows
+from emqsim.cli.tables import (
+    FIELDS_HINT,
+    TABLE_WIDTH,
+    ci_text,
+    format_table,
+    indented,
+    print_paired,
+    run_report,
+    scenario_summary,
+    text_timeline,
+    wrap,
+)
+from emqsim.cli.work import (
+    check_sweep_work,
+    check_work,
+    clamp_jobs,
+    commands_per_run,
+    dask_executor,
+    progress,
+)
+from emqsim.errors import ConfigError
+from emqsim.policies import LeasePolicy, ReclaimPolicy, TimeoutPolicy
+from emqsim.presets import presets_table
+from emqsim.scenario import STANDARD, standard
+from emqsim.stats import to_json
+from emqsim.verdict import compare_verdict
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from emqsim import __version__
+    from emqsim.sweep import Cell, run_sweep
+
+    if args.config and args.scenario:
+        fail("--config", "give either --config FILE or --scenario NAME, not both")
+    config_policy = None
+    if args.config:
+        from emqsim.config import load_config
+
+        scenario, config_policy = load_config(args.config)
+        scenarios = [scenario]
+    else:
+        scenarios = [standard(name) for name in (args.scenario or DEFAULT_SCENARIOS)]
+    scenarios = [with_fault_flags(s, args) for s in scenarios]
+    use_config_policy = config_policy is not None and not (args.lease or args.preset)
+    check_sweep_work(args, scenarios, config_policy if use_config_policy else None)
+    policies: list[ReclaimPolicy]
+    if use_config_policy:
+        assert config_policy is not None
+        policies = [config_policy] + timeout_policies(args)
+    else:
+        policies = lease_policies(args) + (
+            [] if args.preset and args.timeout is None else timeout_policies(args)
+        )
+    if args.take or args.track_by or args.lazy_fail:
+        policies = [with_model_options(p, args) if p.renewal is not None else p for p in policies]
+    cells = [Cell(s, p) for s in scenarios for p in policies]
+    jobs = clamp_jobs(args.jobs) if not args.dask else args.jobs
+    executor = None
+    client = None
+    if args.dask:
+        executor, client = dask_executor(args.dask)
+    interrupted: list[str] = []
+    stop = StopSignals()
+
+    def on_interrupt(done: int, total: int) -> None:
+        word = "terminated" if stop.signum == signal.SIGTERM else "interrupted"
+        interrupted.append(f"emqsim: {word}: kept the {done} of {total} cells that finished")
+
+    with stop.installed():
+        try:
+            result = run_sweep(
+                cells,
+                replications=args.replications,
+                seed=args.seed,
+                jobs=jobs,
+                executor=executor,
+                progress=False if args.quiet else None,
+                cache_dir=args.cache,
+                on_interrupt=on_interrupt,
+            )
+        finally:
+            stop.defer()  # from here on a signal is noted, never raised: the finished rows get written
+            if client is not None:
+                client.close()
+        rows = result.rows
+        header = {"version": __version__, "seed": args.seed, "replications": args.replications}
+        saved = save_rows(args, rows, header, complete=result.complete)
+        if args.plot and rows and result.complete:
+            from emqsim.plots import frontier, savefig
+
+            savefig(frontier(rows).figure, args.plot)
+        for line in interrupted:
+            print(line + saved, file=sys.stderr)
+        if args.json:
+            sys.stdout.write(to_json(rows, **header))
+        else:
+            print(format_table(rows, wide=args.wide))
+            print_paired(result, cells)
+    if interrupted or stop.signum is not None:
+        return 143 if stop.signum == signal.SIGTERM else 130
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from emqsim import __version__
+    from emqsim.stats import aggregate, simulate_summary
+
+    scenario = run_scenario(args)
+    policy = single_policy(args)
+    if args.config and not (args.lease or args.timeout or args.preset):
+        from emqsim.config import load_config
+
+        config_policy = load_config(args.config)[1]
+        policy = config_policy or policy
+    policy = with_model_options(policy, args)
+    settings = policy.settings()
+    check_work(
+        args,
+        commands_per_run(scenario, settings["beat"], settings["scan"] or 5.0) * args.replications,
+        f"this run ({args.replications} replication(s))",
+    )
+    summaries = [
+        simulate_summary(scenario, policy, args.seed, r)
+        for r in progress(range(args.replications), args.quiet or args.replications < 2)
+    ]
+    row = aggregate(summaries)
+    if args.json:
+        sys.stdout.write(to_json([row], version=__version__, seed=args.seed, replications=args.replications))
+        return 0
+    print(f"{scenario.name} under {policy!r}")
+    print(f"{args.replications} replication(s), seed {args.seed}; 95% CIs over replications", end="")
+    print(" (none with one replication)" if args.replications < 2 else "")
+    print(run_report(row))
+    print(FIELDS_HINT)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from emqsim import __version__
+    from emqsim.engine import simulate
+    from emqsim.stats import aggregate, summarize
+
+    policies = {
+        "timeout": TimeoutPolicy(args.timeout, args.scan),
+        "lease": LeasePolicy(args.lease, args.beat, args.scan),
+    }
+    worlds = {
+        "slow-but-alive": standard("slow-alive", duration=args.slow_duration),
+        "fast-but-dead": standard("fast-dead", die_after=args.die_after),
+    }
+    check_work(
+        args,
+        sum(commands_per_run(sc, args.beat, args.scan) for sc in worlds.values()) * 2 * args.replications,
+        f"this comparison (4 x {args.replications} replications)",
+    )
+    rows = []
+    for world, scenario in worlds.items():
+        for rule, policy in policies.items():
+            summaries, reclaim_ages = [], []
+            for r in range(args.replications):
+                run = simulate(scenario, policy, args.seed, r)
+                summaries.append(summarize(run))
+                first = run.attempts[0]
+                if first.reclaimed_at is not None:
+                    reclaim_ages.append(first.reclaimed_at - first.taken_at)
+            row = aggregate(summaries, world=world, rule=rule)
+            row["reclaimed_fraction"] = len(reclaim_ages) / args.replications
+            row["reclaimed_after_mean"] = sum(reclaim_ages) / len(reclaim_ages) if reclaim_ages else None
+            rows.append(row)
+    if args.json:
+        sys.stdout.write(to_json(rows, version=__version__, seed=args.seed, replications=args.replications))
+        return 0
+    cells = {}
+    for row in rows:
+        latency = row["detection_latency_mean_s"]
+        text = compare_verdict(
+            row["world"] == "slow-but-alive",
+            reclaimed_fraction=row["reclaimed_fraction"],
+            reclaimed_after=row["reclaimed_after_mean"],
+            latency=latency,
+            latency_text=ci_text(
+                latency,
+                row["detection_latency_mean_s_ci"],
+                lower_bound=bool(row["detection_latency_censored"]),
+            ),
+        ).text
+        cells[(row["world"], row["rule"])] = text
+    print(f"timeout {args.timeout:g} s vs lease {args.lease:g} s / beat {args.beat:g} s (scan {args.scan:g} s), "
+          f"{args.replications} runs each")  # fmt: skip
+    for world in worlds:
+        print(f"\n{world}")
+        for rule in ("timeout", "lease"):
+            print(wrap(f"{rule + ' rule':13} {cells[(world, rule)]}", 2, TABLE_WIDTH))
+    return 0
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    from emqsim.engine import simulate
+
+    if args.config:
+        from emqsim.config import load_config
+
+        scenario = load_config(args.config)[0]
+    else:
+        scenario = standard(args.scenario)
+    policy = single_policy(args)
+    settings = policy.settings()
+    check_work(
+        args, commands_per_run(scenario, settings["beat"], settings["scan"] or 5.0), "this timeline's run"
+    )
+    run = simulate(scenario, policy, args.seed)
+    if args.out and args.out.suffix.lower() == ".html":
+        from emqsim.timeline_html import write_timeline_html
+
+        write_timeline_html(run, args.out)
+        print(f"wrote {args.out}")
+        return 0
+    if args.out:
+        from emqsim.plots import savefig, timeline
+
+        savefig(timeline(run).figure, args.out)
+        print(f"wrote {args.out}")
+        return 0
+    print(text_timeline(run))
+    return 0
+
+
+def cmd_explore(args: argparse.Namespace) -> int:
+    from emqsim.explore import cmd_explore as run_explore
+
+    return run_explore(args)
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    rows = presets_table()
+    if args.json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return 0
+    for row in rows:
+        settings = ", ".join(
+            f"{k} {v:g}" for k, v in row.items() if k in ("lease", "beat", "scan", "timeout", "max_stalled")
+        )
+        print(wrap(f"{row['name']}: {row['system']}: {row['mechanism']}", 0))
+        for text in (f"settings (s): {settings}", row["description"], f"source: {row['source']}"):
+            print(wrap(text, 4))
+        print()
+    return 0
+
+
+def cmd_scenarios(args: argparse.Namespace) -> int:
+    import inspect
+
+    for name, factory in STANDARD.items():
+        knobs = ", ".join(f"{p.name}={p.default!r}" for p in inspect.signature(factory).parameters.values())
+        print(f"{name}\n" + indented(scenario_summary(factory)) + "\n" + indented(f"knobs: {knobs}"))
+    return 0
+
+
+def cmd_fields(args: argparse.Namespace) -> int:
+    from emqsim.fields import FIELDS
+
+    if args.json:
+        sys.stdout.write(json.dumps([f.__dict__ for f in FIELDS], indent=2) + "\n")
+        return 0
+    for f in FIELDS:
+        old = f" (was {', '.join(f.deprecated)})" if f.deprecated else ""
+        print(wrap(f"{f.name}{old}", 0))
+        print(wrap(f"{f.meaning} Interval: {f.interval}", 4))
+    print(wrap("Deprecated keys are still written, with the same values, until 0.4; methods and coverage: "
+                "docs/statistics.md.", 0))  # fmt: skip
+    return 0
+
+
+def cmd_figures(args: argparse.Namespace) -> int:
+    from emqsim.figures import generate_all
+
+    if args.out.exists() and not args.out.is_dir():
+        fail("--out", f"{str(args.out)!r} is a file; give a folder")
+    paths = generate_all(args.out, quick=args.quick)
+    for path in paths:
+        print(path)
+    return 0
+
+
+def cmd_examples(args: argparse.Namespace) -> int:
+    """Each shipped example scenario: its name (usable as `--config NAME`), its first comment line, its path."""
+    examples = example_files()
+    for name, path in examples.items():
+        about = next(
+            (
+                line.lstrip("# ").strip()
+                for line in path.read_text(encoding="utf-8").splitlines()
+                if line.strip()
+            ),
+            "",
+        )
+        print(f"{name}\n{indented(about)}\n  {path}")
+    example = "gc-pauses" if "gc-pauses" in examples else next(iter(examples))
+    print(f"\nuse one with --config NAME (e.g. --config {example}); copy a file to change it")
+    return 0
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    problem = missing_extra("notebooks")
+    if problem:
+        raise ConfigError(problem)
+    from emqsim.grading import grade_notebook
+
+    return grade_notebook(
+        args.notebook,
+        timeout=args.timeout,
+        time_limit=args.time_limit,
+        student=args.student,
+        against=args.against,
+    )
+
+
+def cmd_assignments(args: argparse.Namespace) -> int:
+    from emqsim.assignments import main_assignments
+
+    return main_assignments(args)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from emqsim.tune_cli import cmd_tune as tune_command
+
+    return tune_command(args)
+
+
+COMMANDS = {
+    "sweep": cmd_sweep,
+    "run": cmd_run,
+    "compare": cmd_compare,
+    "timeline": cmd_timeline,
+    "explore": cmd_explore,
+    "presets": cmd_presets,
+    "scenarios": cmd_scenarios,
+    "examples": cmd_examples,
+    "fields": cmd_fields,
+    "figures": cmd_figures,
+    "grade": cmd_grade,
+    "assignments": cmd_assignments,
+    "tune": cmd_tune,
+}
