@@ -224,7 +224,10 @@ def submission(assignment: str, case: str, dest: Path) -> Path:
 
 def _env() -> dict[str, str]:
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "PYTHONPATH": path}
+    # nbgrader runs its `alembic` console script from PATH: the interpreter's own bin folder comes first, so
+    # the tests work without the venv activated
+    bin_path = os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))
+    return {**os.environ, "PYTHONPATH": path, "PATH": bin_path}
 
 
 def _statuses(report: str) -> dict[str, str]:
