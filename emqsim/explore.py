@@ -1238,7 +1238,9 @@ MAX_RUNS = 1_000_000
 def add_explore_arguments(p: Any) -> None:
     from emqsim.cli import add_policy_flags, output_path, seconds, whole
 
-    p.add_argument("--policy", choices=("lease", "timeout"), default="lease")
+    p.add_argument(
+        "--policy", choices=("lease", "timeout"), default="lease", help="detector to explore (default lease)"
+    )
     add_policy_flags(p, gridded=False)
     p.add_argument("--swept-by", choices=("workers", "reaper"), help="who sweeps (default: the policy's)")
     p.add_argument("--single-phase", action="store_true", help="the lease's single-pass sweep")
