@@ -1251,7 +1251,7 @@ def add_explore_arguments(p: Any) -> None:
         metavar="SPEC",
         help="crash | freeze,length=A:B (seconds); options offset=A:B, target=holder|other; give one or two",
     )
-    p.add_argument("--workers", type=whole(2), default=2)
+    p.add_argument("--workers", type=whole(2), default=2, help="workers in the explored world (default 2)")
     p.add_argument("--duration", type=seconds, help="the job's work (default: 1 s past the latest offset)")
     p.add_argument("--rtt", type=seconds, default=0.002, help="fixed round trip (default 0.002)")
     p.add_argument("--bound", type=seconds, help="check that a dead worker's job is reclaimed within BOUND s")
