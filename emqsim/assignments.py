@@ -123,7 +123,7 @@ def add_assignments_parser(sub: Any) -> None:
         description="The graded notebooks of notebooks/assignments/: release the student versions (no "
         "solutions, no hidden tests) and check that every solution passes and every release scores 0.",
     )
-    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    actions = p.add_subparsers(dest="action", metavar="ACTION", help="release or check")
     actions.required = True
     r = actions.add_parser("release", help="write the student versions to a folder")
     r.add_argument("--out", type=Path, required=True, help="folder for <assignment>/<assignment>.ipynb")
