@@ -191,8 +191,8 @@ def _frontier(out: Path, quick: bool, processes: int) -> list[Path]:
     plots.frontier(
         rows,
         ax=ax,
-        title="Leases detect crashes in about one lease with no false reclaims;\n"
-        "a timeout trades one failure for the other",
+        title="Leases detect crashes in about one lease, with false reclaims only from the rare pause\n"
+        "longer than the lease; a timeout trades one failure for the other",
     )
     ax.annotate(frontier_caption(rows, cells.seed), xy=(0, -0.13), xycoords="axes fraction", fontsize=7.5,
                 color="#555555", va="top")  # fmt: skip
@@ -208,7 +208,7 @@ def frontier_caption(rows: list[dict[str, Any]], seed: int) -> str:
         raise ValueError(f"frontier rows mix scenarios/replications/jobs: {scenarios} {reps} {jobs}")
     return (
         f"{scenarios[0]} workload: {jobs[0]} jobs per run, log-normal durations (median 20 s), crashes, GC "
-        f"pauses; {reps[0]} replication{'s' if reps[0] != 1 else ''} per point, seed {seed}, 95% intervals"
+        f"pauses, blocked event loops, connection outages;\n{reps[0]} replication{'s' if reps[0] != 1 else ''} per point, seed {seed}, 95% intervals"
     )
 
 
