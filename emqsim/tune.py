@@ -46,7 +46,7 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from emqsim import analytic
+from emqsim import analytic, distributions
 from emqsim.distributions import (
     Distribution,
     Empirical,
@@ -232,6 +232,8 @@ def read_durations(path: str | os.PathLike) -> Empirical:
         raise ConfigError(f"{path}: no durations in it; one number of seconds per line, or a CSV")
     rows = list(csv.reader(io.StringIO("\n".join(lines))))
     header = [h.strip() for h in rows[0]]
+    if all(len(row) == 1 for row in rows):  # one column: the same reader as `--duration file:PATH`
+        return distributions.read_durations(path)
     values: list[float] = []
 
     def number(cell: str, line: int) -> float:
@@ -252,8 +254,8 @@ def read_durations(path: str | os.PathLike) -> Empirical:
             if end < start:
                 raise ConfigError(f"{path}:{n}: finishedOn is before processedOn")
             values.append((end - start) / 1000)
-    elif "duration" in header:
-        col = header.index("duration")
+    elif "duration" in header or "duration_s" in header:
+        col = header.index("duration" if "duration" in header else "duration_s")
         values = [number(row[col], n) for n, row in enumerate(rows[1:], start=2) if len(row) > col]
     else:
         values = [number(row[0], n) for n, row in enumerate(rows, start=1)]

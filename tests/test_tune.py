@@ -192,6 +192,11 @@ def test_read_durations_formats(tmp_path):
     bad.write_text("1\nten\n")
     with pytest.raises(ConfigError, match=r"bad.csv:2: 'ten' is not a number"):
         read_durations(bad)
+    # the shipped example (a `duration_s` header): tune reads what `--duration file:PATH` reads
+    from emqsim.distributions import parse_distribution
+
+    shipped = Path(__file__).resolve().parent.parent / "emqsim" / "examples" / "durations.csv"
+    assert read_durations(shipped) == parse_distribution(f"file:{shipped}")
 
 
 def test_workload_from_measured_durations_runs(tmp_path):
