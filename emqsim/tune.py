@@ -62,6 +62,7 @@ from emqsim.presets import preset
 from emqsim.scenario import Scenario
 from emqsim.stats import RunSummary
 from emqsim.sweep import run_batch
+from emqsim.units import to_ms
 
 DEFAULT_LEASES = (5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0)
 DEFAULT_BEAT_RATIOS = (2.0, 3.0, 5.0)
@@ -79,7 +80,9 @@ class Workload:
 
     pause_*    stop-the-world pauses (GC, SIGSTOP, a blocked event loop) as a Poisson process per worker;
                another kind of pause is one more pair of fields here and one line in `_random_faults`
-    loss       the probability that one renewal is lost (network outages, timeouts)
+    loss       the probability that one renewal is lost (independent drops, timeouts)
+    outage_*   connection outages (a Poisson process per worker): commands wait for the reconnect, which
+               BullMQ's backoff delays past the outage's end (analytic.reconnect_time)
     jobs       jobs per simulated run; arrival_rate None means half the fleet's capacity
     """
 
@@ -95,6 +98,8 @@ class Workload:
     rtt: Distribution = LogNormal(0.002, 0.5)
     loss: float = 0.0
     command_timeout: float = 1.0
+    outage_rate: float = 0.0
+    outage_length: Distribution = LogNormal(2.0, 1.0)
     horizon: float = 4 * 3600.0
 
     def __post_init__(self) -> None:
@@ -102,7 +107,7 @@ class Workload:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"workload {name} must be a whole number >= 1, got {value!r}")
-        for name in ("crash_rate", "pause_rate", "restart_after"):
+        for name in ("crash_rate", "pause_rate", "restart_after", "outage_rate"):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
                 raise ConfigError(f"workload {name} must be a number >= 0, got {value!r}")
@@ -146,6 +151,8 @@ def _random_faults(w: Workload) -> RandomFaults:
         restart_after=w.restart_after,
         freeze_rate=w.pause_rate,
         freeze_duration=w.pause_length,
+        outage_rate=w.outage_rate,
+        outage_duration=w.outage_length,
     )
 
 
@@ -370,6 +377,14 @@ def _typical_rtt(rtt: Distribution) -> float:
     return max(analytic.MS, round(value, 3))
 
 
+def _outage_sample(w: Workload) -> np.ndarray:
+    """A fixed sample of outage lengths for the closed-form averages (deterministic; empty without outages)."""
+    if w.outage_rate <= 0:
+        return np.zeros(0)
+    rng = np.random.default_rng(np.random.SeedSequence(20242))
+    return np.asarray(w.outage_length.sample(rng, 1000), dtype=float)
+
+
 def _pause_sample(w: Workload) -> np.ndarray:
     """A fixed sample of pause lengths for the closed-form averages (deterministic)."""
     rng = np.random.default_rng(np.random.SeedSequence(20241))
@@ -422,6 +437,12 @@ def predict(c: Candidate, w: Workload, limits: Limits, pauses: np.ndarray) -> No
     if w.loss > 0:
         k = analytic.losses_to_lapse(c.lease_s, rule, rtt=rtt, command_timeout=w.command_timeout)
         per_job += w.duration.mean() / B * w.loss**k  # windows per job x P(k* losses in a row)
+    outage_lapse = 0.0
+    if w.outage_rate > 0:
+        outage_lapse = float(
+            np.mean([analytic.outage_lapse_probability(c.lease_s, rule, d, rtt=rtt) for d in _outage_sample(w)])
+        )
+        per_job += w.outage_rate / 3600 * w.duration.mean() * outage_lapse
     sweeps = w.workers / (c.scan + rtt) if policy.swept_by == "workers" else 1 / (c.scan + rtt)
     c.predicted = {
         "requests_per_s": sweeps + _busy_workers(w) / B + 2 * w.rate,
@@ -436,7 +457,24 @@ def predict(c: Candidate, w: Workload, limits: Limits, pauses: np.ndarray) -> No
         "renewal_period": B,
         "pause_lapse_probability": lapse,
         "pause_safe_up_to": c.lease_s - B,
+        "outage_lapse_probability": outage_lapse,
+        "outage_safe_up_to": longest_safe_outage(c.lease_s - B),
     }
+
+
+def longest_safe_outage(margin: float) -> float:
+    """The longest connection outage whose reconnect (BullMQ's backoff, analytic.reconnect_time) comes at most
+    `margin` = lease - renewal period after the disconnect, i.e. never lapses the lease (ms resolution)."""
+    lo, hi = 0, to_ms(max(margin, 0.0))
+    if analytic.reconnect_time(0.001) > margin:
+        return 0.0
+    while lo < hi:  # reconnect_time is non-decreasing in the outage's length
+        mid = (lo + hi + 1) // 2
+        if analytic.reconnect_time(mid / 1000) <= margin:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo / 1000
 
 
 def _alive_fraction(w: Workload) -> float:
@@ -1027,6 +1065,15 @@ def what_would_change(r: TuneResult) -> list[str]:
         f"{k} renewals lost in a row lapse it (losses_to_lapse); at loss {w.loss:g} per renewal that is {w.loss**k:.2g} per renewal window"
     )
     out.append(
+        f"a connection outage longer than {p['outage_safe_up_to']:g} s can lapse it (BullMQ's reconnect backoff "
+        f"brings the client back only at analytic.reconnect_time(D)); "
+        + (
+            f"your outages exceed that with probability {w.outage_length.survival(p['outage_safe_up_to'] or 0.0):.2g}"
+            if w.outage_rate > 0
+            else "no outages were given (--outage-rate)"
+        )
+    )
+    out.append(
         f"a crash is detected {p['detection_lo']:.1f} to {p['detection_hi']:.1f} s later (closed form, mean "
         f"{'' if p['detection_mean_exact'] else 'at least '}{p['detection_mean']:.2f} s): a detection limit "
         f"below {p['detection_lo']:.1f} s needs a shorter lease"
@@ -1109,6 +1156,8 @@ def scenario_toml(r: TuneResult, c: Candidate | None = None) -> str:
         f"restart_after = {w.restart_after:g}",
         f"freeze_rate = {w.pause_rate:g}",
         f'freeze_duration = "{distribution_spec(w.pause_length)}"',
+        f"outage_rate = {w.outage_rate:g}",
+        f'outage_duration = "{distribution_spec(w.outage_length)}"',
         "",
         "[scenario.network]",
         f'rtt = "{distribution_spec(w.rtt)}"',

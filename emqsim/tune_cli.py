@@ -27,7 +27,7 @@ examples:
 
 WORKLOAD_KEYS = {
     "duration", "durations", "workers", "concurrency", "jobs", "arrival_rate", "crash_rate", "restart_after",
-    "pause_rate", "pause_length", "rtt", "loss", "command_timeout", "horizon",
+    "pause_rate", "pause_length", "rtt", "loss", "command_timeout", "outage_rate", "outage_length", "horizon",
 }  # fmt: skip
 LIMIT_KEYS = {
     "false_reclaims",
@@ -108,6 +108,13 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--pause-length", type=distribution, help="pause lengths (default lognormal:0.5:1)")
     w.add_argument("--rtt", type=distribution, help="round trip to Redis (default lognormal:0.002:0.5)")
     w.add_argument("--loss", type=probability, help="probability a renewal is lost (default 0)")
+    w.add_argument(
+        "--outage-rate",
+        type=rate,
+        metavar="PER_WORKER_HOUR",
+        help="connection outages per worker-hour (default 0)",
+    )
+    w.add_argument("--outage-length", type=distribution, help="outage lengths (default lognormal:2:1)")
     w.add_argument("--horizon", type=seconds, help="a run stops here (default 14400 s)")
     g = p.add_argument_group("your limits")
     g.add_argument(
@@ -173,7 +180,7 @@ def load_tune_config(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[s
             if key not in allowed:
                 raise where.error(f"{name}.{key}", f"unknown key; allowed: {', '.join(sorted(allowed))}")
         table = dict(table)
-        for key in ("duration", "pause_length", "rtt"):
+        for key in ("duration", "pause_length", "rtt", "outage_length"):
             if key in table:
                 table[key] = _dist(table[key], f"{name}.{key}", where)
         if "durations" in table:
@@ -199,7 +206,7 @@ def build_inputs(args: argparse.Namespace) -> tuple[Workload, Limits, SearchSpac
         "workers": args.workers, "concurrency": args.concurrency, "jobs": args.jobs_per_run,
         "arrival_rate": args.arrival_rate, "crash_rate": args.crash_rate, "restart_after": args.restart_after,
         "pause_rate": args.pause_rate, "pause_length": args.pause_length, "rtt": args.rtt, "loss": args.loss,
-        "horizon": args.horizon,
+        "outage_rate": args.outage_rate, "outage_length": args.outage_length, "horizon": args.horizon,
     }  # fmt: skip
     wk.update({k: v for k, v in flags.items() if v is not None})
     lflags = {

@@ -27,6 +27,7 @@ from emqsim.tune import (
     bullmq_settings,
     check_limits,
     figure,
+    longest_safe_outage,
     measure,
     rate_interval,
     read_durations,
@@ -323,3 +324,31 @@ def test_a_race_whose_candidates_all_stay_undecided_ends(tmp_path):
     reasons, verdict = proc.stdout.splitlines()[-2:]
     assert reasons == str(["undecided after 2 replications"] * 5)
     assert verdict == "True False"  # nothing recommended, nothing claimed decided
+
+
+def test_outages_in_the_closed_form_and_the_simulation():
+    # 20 s connection outages and nothing else that lapses a lease: BullMQ's reconnect backoff brings the client
+    # back only after 38.179 s, so one outage lapses a lease iff (time since the last renewal) + 38.179 > L:
+    # always at 30 s, sometimes at 45 s (beat 11.25 s), never at 60 s (beat 15 s). Outages this frequent
+    # also merge into longer ones, which only the simulation sees.
+    w = Workload(
+        duration=Fixed(30.0), workers=2, concurrency=1, jobs=40, crash_rate=4.0, pause_rate=0.0,
+        outage_rate=30.0, outage_length=Fixed(20.0), rtt=Fixed(0.002),
+    )  # fmt: skip
+    assert analytic.reconnect_time(20.0) == pytest.approx(38.179)
+    space = SearchSpace(
+        leases=(30.0, 45.0, 60.0), beat_ratios=(4.0,), scans=(5.0,), timeouts=(), max_replications=10
+    )
+    result = tune(w, Limits(false_reclaims=0.02), space, seed=0, verify=0)
+    by_lease = {c.lease: c for c in result.candidates if c.kind == "lease"}
+    predicted = {lease: c.predicted["outage_lapse_probability"] for lease, c in by_lease.items()}
+    assert predicted[30.0] == 1.0 and 0 < predicted[45.0] < 1 and predicted[60.0] == 0.0
+    assert by_lease[30.0].status == "pruned" and "closed form" in by_lease[30.0].reason
+    assert by_lease[45.0].status == "fails" and "false reclaims" in by_lease[45.0].reason
+    simulated = {lease: by_lease[lease].metrics["false_reclaims"].value for lease in (45.0, 60.0)}
+    assert simulated[60.0] < simulated[45.0] / 2  # only merged outages lapse the 60 s lease
+    # the longest outage a lease survives: reconnect_time(D) <= lease - renewal period
+    assert longest_safe_outage(60.0 - 15.0) == pytest.approx(38.179)
+    assert longest_safe_outage(30.0 - 7.5) == pytest.approx(18.179)
+    assert longest_safe_outage(0.5) == 0.0
+    assert by_lease[60.0].predicted["outage_safe_up_to"] == pytest.approx(38.179, abs=0.01)
