@@ -84,7 +84,9 @@ from your seed. The grader checks your answers on your configuration and on othe
 Check your notebook with `python -m emqsim grade 06-shortest-pause.ipynb` (save it first: the checks read the
 saved file).
 """),
-        readonly("setup", WORLD + '\n\nprint(f"TIMEOUT = {TIMEOUT} s, JOB = {JOB} s, MAX_PAUSE = {MAX_PAUSE} s")'),
+        readonly(
+            "setup", WORLD + '\n\nprint(f"TIMEOUT = {TIMEOUT} s, JOB = {JOB} s, MAX_PAUSE = {MAX_PAUSE} s")'
+        ),
         md("""
 ## Question 1 (3 points): the shortest pause that completes the job twice
 
