@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from runpy import run_path
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
@@ -1138,6 +1139,7 @@ NOTEBOOKS = {
     "03-where-leases-fail.ipynb": NB3,
     "04-real-systems.ipynb": NB4,
     "05-live-vs-simulated.ipynb": NB5,
+    "06-exact-worst-cases-and-tuning.ipynb": run_path(str(HERE / "_build_06.py"))["cells"](globals()),
 }
 
 

@@ -45,6 +45,7 @@ NAMES = [
     "03-write-a-policy.ipynb",
     "04-fencing.ipynb",
     "05-missed-heartbeats.ipynb",
+    "06-shortest-pause.ipynb",
 ]
 CELL_TIMEOUT = 300  # generous: the machine may be busy with other tests; cells take seconds alone
 

@@ -190,6 +190,29 @@ CASES: dict[tuple[str, str], tuple[dict[str, str], list[str] | None]] = {
         },
         ["q3-choose-tests"],
     ),
+    ("06-shortest-pause", "visible-answers"): (
+        {"q1-shortest": "def shortest_pause(timeout, job):\n    return 30.023  # the visible case's answer"},
+        ["q1-shortest-tests"],
+    ),
+    ("06-shortest-pause", "naive-formula"): (
+        {"q1-shortest": "def shortest_pause(timeout, job):\n    return float(timeout - job)"},
+        ["q1-shortest-tests"],
+    ),
+    ("06-shortest-pause", "stock-policy"): (
+        {"q2-fix": "def safe_policy(max_pause):\n    return LeasePolicy(30, 10, 5)"},
+        ["q2-fix-tests"],
+    ),
+    ("06-shortest-pause", "visible-only"): (
+        {
+            "q2-fix": "def safe_policy(max_pause):\n"
+            "    return LeasePolicy(30, 5, 5) if max_pause == 25 else LeasePolicy(30, 10, 5)"
+        },
+        ["q2-fix-tests"],
+    ),
+    ("06-shortest-pause", "fencing-only"): (
+        {"q2-fix": "def safe_policy(max_pause):\n    return TimeoutPolicy(3600, 5, fenced=True)"},
+        ["q2-fix-tests"],
+    ),
 }
 SPECIALS = {"@alice_ci": _alice_ci, "@alice_stale": _alice_stale}
 SOLUTIONS = [(name, "solution") for name in sorted({a for a, _ in CASES})]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from runpy import run_path
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
@@ -1850,6 +1851,7 @@ NOTEBOOKS = {
     "03-write-a-policy.ipynb": NB3,
     "04-fencing.ipynb": NB4,
     "05-missed-heartbeats.ipynb": NB5,
+    "06-shortest-pause.ipynb": run_path(str(HERE / "_build_06.py"))["cells"](globals()),
 }
 
 

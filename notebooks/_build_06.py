@@ -1,0 +1,363 @@
+"""The cells of notebooks/06-exact-worst-cases-and-tuning.ipynb (built by notebooks/_build.py).
+
+`cells(b)` takes the builder's namespace `b` (its helpers `md`, `code`, `lesson` and `SETUP`) and returns the
+notebook's cells: two lessons, one on `emqsim.explore` (every timing of a freeze, the exact shortest one that
+breaks a setting) and one on `emqsim.tune` (from a team's measured job durations to settings to paste).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+NAME = "06-exact-worst-cases-and-tuning.ipynb"
+
+
+def cells(b: dict[str, Any]) -> list:
+    md, code, lesson, setup = b["md"], b["code"], b["lesson"], b["SETUP"]
+    return [
+        md("""
+# Exact worst cases, and tuning for your own system
+
+The other notebooks *sample*: they run a scenario with random crash and pause times many times and report how
+often something goes wrong, with a confidence interval. Two questions need more than a sample:
+
+* **How bad can it get?** What is the *shortest* pause that makes these settings run a job twice? A sample finds
+  a bad case only if it happens to draw it. emqsim is deterministic and counts whole milliseconds, so for one
+  small world (one job, two workers, one fault) the set of fault timings is finite, and `emqsim.explore` covers
+  **all of it** (docs/explore.md says how, and what "exact" means there).
+* **What should we run?** `emqsim.tune` takes what a team can measure about its own system (job durations,
+  pauses, crashes) and its limits, searches lease, heartbeat and sweep settings with the simulator, and
+  recommends one, with intervals (docs/tune.md).
+"""),
+        code(
+            setup
+            + """
+from emqsim import analytic
+from emqsim.explore import FaultSpec, counterexample_run, explore, format_exploration, space
+"""
+        ),
+        *lesson(
+            question="""
+A queue takes a job back from a worker after a **fixed timeout of 60 s** (a reaper looks every 5 s). A job takes
+30 s. Five seconds into it, its worker **freezes** (a long GC pause, `SIGSTOP`), then resumes and finishes the
+job. The queue does not check who finishes (no token). What is the **shortest freeze** that makes the job
+complete twice?
+""",
+            predict="""
+# Your prediction, before you run: the shortest freeze (seconds) that makes the job complete twice
+shortest_freeze = None  # e.g. 45.0
+""",
+            settings='explorer(column="slow-alive", rule="timeout", timeout=60, freeze=30, job=30)',
+            look_for="""
+with a 30 s job and a 60 s timeout, raise the freeze from 30 s to 35 s: at some length the reaper takes the job
+back while its worker is frozen, the second worker runs it too, and the frozen worker's late finish is accepted
+as well. The sliders move in steps of 5 s; the explorer below finds the boundary to the millisecond.
+""",
+        ),
+        md("""
+## 1. The exact shortest freeze under the timeout
+
+`space(policy, faults, ...)` describes the world: the policy, one job of `duration` seconds on two workers, and
+the fault with the ranges to try, in milliseconds. Here the freeze starts 5 s (5000 ms) into the job and its
+length takes every value from 1 ms to 120 s; the reaper's sweeps are pinned to one phase (`sweep_phases=False`;
+letting them vary too multiplies the space by every phase of a sweep period, and the search's time with it).
+`explore` runs only some of these timings (the outcome is piecewise constant in the length, so it samples and
+bisects for the edges) and accounts for every one. Every run is checked against named
+properties: `no_job_lost`, `no_duplicate_completion`, `live_never_reclaimed`.
+"""),
+        code("""
+timeout_policy = TimeoutPolicy(timeout=60, scan=5)
+freeze_5s_in = FaultSpec("freeze", offset=(5000, 5000), params={"length": (1, 120_000)})
+timeout_space = space(timeout_policy, [freeze_5s_in], duration=30.0, sweep_phases=False)
+timeout_result = explore(timeout_space)
+print(format_exploration(timeout_result))
+"""),
+        code("""
+(twice,) = [c for c in timeout_result.boundaries if c.property == "no_duplicate_completion"]
+shortest_ms = twice.first
+say(
+    f"Over all {timeout_result.points:,} freeze lengths ({timeout_result.runs:,} runs), the job completes "
+    f"twice from a freeze of **{shortest_ms / 1000:.3f} s** on; at {(shortest_ms - 1) / 1000:.3f} s it "
+    f"completes once. A freeze is safe when the worker's finish reaches Redis before the first sweep that "
+    f"finds the job older than the timeout."
+)
+if shortest_freeze is None:
+    say("You left `shortest_freeze` empty: write your guess in the cell at the top and run again.")
+else:
+    say(
+        f"You predicted {shortest_freeze:g} s: "
+        + ("spot on." if abs(shortest_freeze - shortest_ms / 1000) < 0.001 else
+           f"off by {shortest_freeze - shortest_ms / 1000:+.3f} s.")
+    )
+"""),
+        md("""
+**Where the milliseconds come from.** The naive answer is "timeout minus job length". The exact one adds the
+wait for the sweep that notices (sweeps come every `scan` plus a round trip) and the time the messages spend on
+the wire. The smallest counterexample, drawn: the frozen worker (yellow), the reaper's reclaim (orange cross),
+the second worker's run, and two accepted finishes.
+"""),
+        code("""
+bad_run = counterexample_run(timeout_result, "no_duplicate_completion")
+plots.timeline(bad_run, title="The shortest freeze that completes the job twice");
+pd.DataFrame(bad_run.attempts_table())[["attempt", "worker", "taken_at", "reclaimed_at", "finished_at",
+                                        "finish_result", "outcome"]]
+"""),
+        code("""
+first, second = bad_run.attempts[0], bad_run.attempts[1]
+say(
+    f"The job was taken at {first.taken_at:.3f} s and reclaimed by the sweep at {first.reclaimed_at:.3f} s "
+    f"(age {first.reclaimed_at - first.taken_at:.3f} s > 60 s); the frozen worker's late finish was applied at "
+    f"{first.finish_applied_at:.3f} s and accepted, and worker {second.worker}'s run "
+    f"of the same job finished at {second.finish_applied_at:.3f} s: `{second.outcome}`."
+)
+ties = [t for t in timeout_result.tie_dependent if "no_duplicate_completion" in t.properties]
+if ties:
+    t = ties[0]
+    say(
+        f"At a freeze of {t.point['fault0.length'] / 1000:.3f} s the sweep and the finish reach Redis in the "
+        f"same millisecond; with the other order (`{t.tie_break}`) the job completes twice there too, so the "
+        f"exact answer depends on a tie that real Redis breaks by arrival: a robust bound is that millisecond."
+    )
+else:
+    say("No same-millisecond order changes the answer.")
+"""),
+        md("""
+## 2. The freeze boundary of a lease
+
+Now a lease of 30 s renewed every 10 s (a reaper sweeping every 5 s). Whether a freeze lapses the lock depends
+on *when* it starts: docs/theory.md's closed form says a freeze of `F` starting `u` after the last renewal was
+sent lapses the lock iff `u + F > L` (`analytic.freeze_lapses`). `explore` checks it over **every** start in one
+renewal period (one offset per millisecond, so `u` takes every value from 1 ms to 10 s) and every length from
+19 s to 31 s. This is the largest space in the notebook (the report's first line says how many runs it took).
+"""),
+        code("""
+lease_policy = LeasePolicy(30, 10, 5, swept_by="reaper")
+lease_space = space(lease_policy, [FaultSpec("freeze", params={"length": (19_000, 31_000)})], sweep_phases=False)
+lease_result = explore(lease_space, ties=False)
+print(format_exploration(lease_result))
+"""),
+        code("""
+(lapse,) = [c for c in lease_result.boundaries if c.property == "live_never_reclaimed"]
+offsets, lengths = lease_space.dims
+u = np.arange(1, offsets.size + 1)  # the window starts 1 ms after the first renewal is sent
+first_lapsing = 30_000 - u + 1  # closed form: the smallest whole-ms F with u + F > L
+closed_form_count = int(np.clip(lengths.hi - np.maximum(first_lapsing, lengths.lo) + 1, 0, None).sum())
+explored_count = lease_result.points - lease_result.counts["live_never_reclaimed"]
+say(
+    f"Explored: a live worker's job is taken once the freeze reaches **{lapse.first / 1000:.3f} s** (at the "
+    f"worst start) to **{lapse.last / 1000:.3f} s** (at the best); the closed form says L - B + 1 ms = "
+    f"{(30_000 - offsets.size + 1) / 1000:.3f} s to L = {30_000 / 1000:.3f} s. Over the "
+    f"{lease_result.points:,} timings the closed form counts {closed_form_count:,} lapses, the explorer "
+    f"{explored_count:,}: a difference of {explored_count - closed_form_count:,}."
+)
+"""),
+        md("""
+Where exactly do they differ? One line of the space per start `u` is cheap to explore (a freeze starting `u`
+after the last renewal was sent, every length from 1 ms to 60 s):
+"""),
+        code("""
+def first_lapsing_length(u_ms):
+    start = offsets.lo - 1 + u_ms  # the offset whose u is u_ms
+    one_line = space(
+        lease_policy, [FaultSpec("freeze", offset=(start, start), params={"length": (1, 60_000)})],
+        sweep_phases=False,
+    )
+    result = explore(one_line, ties=False)
+    (b,) = [c for c in result.boundaries if c.property == "live_never_reclaimed"]
+    return b.first, result
+
+
+rows = []
+line_results = []
+for u_ms in [1, 2, 3, 1000, 5000, 9000, 10_000]:
+    explored_ms, result = first_lapsing_length(u_ms)
+    line_results.append(result)
+    closed = next(f for f in range(1, 60_001) if analytic.freeze_lapses(30.0, u_ms / 1000, f / 1000))
+    rows.append({"u (ms)": u_ms, "explored (ms)": explored_ms, "closed form (ms)": closed,
+                 "explored - closed form (ms)": explored_ms - closed})
+by_u = pd.DataFrame(rows)
+by_u
+"""),
+        code("""
+early = by_u[by_u["explored - closed form (ms)"] != 0]
+say(
+    "The explored boundary equals the closed form at every start except "
+    + (", ".join(f"u = {x} ms" for x in early["u (ms)"]) if len(early) else "none")
+    + (
+        ": the freeze begins while the renewal sent at the tick is still on the wire (the round trip is "
+        f"{lease_space.rtt_ms} ms), and the lock lapses 1 ms earlier than the formula says (docs/explore.md, "
+        "\\"What it found\\", explains the engine's fixed-rate catch-up that does it)."
+        if len(early) else "."
+    )
+)
+"""),
+        md("""
+**The fenced lease never completes a job twice.** A long enough freeze *does* cost the lease its job (the
+`live_never_reclaimed` failures above); but the lease checks the token on finish (BullMQ's `moveToFinished`),
+so the resumed worker's late finish is rejected. Over the whole space explored in this section:
+"""),
+        code("""
+checked = [lease_result, *line_results]
+points = sum(r.points for r in checked)
+held = sum(r.counts["no_duplicate_completion"] for r in checked)
+say(
+    f"`no_duplicate_completion` holds at **{held:,} of {points:,}** timings under the lease, against "
+    f"{timeout_result.counts['no_duplicate_completion']:,} of {timeout_result.points:,} under the timeout."
+)
+"""),
+        md("""
+## The question
+
+Your team runs BullMQ. You exported the durations of a few hundred finished jobs, your GC logs show a few
+pauses of a couple of seconds, dozens per worker-hour, and you can afford about 2 Redis requests per second for lock
+renewals and sweeps. Which `lockDuration` and `stalledInterval` should you run, so that at most 5% of jobs are
+taken from a live worker and crashed workers' jobs come back as fast as possible?
+
+**Predict before you run.** Write your answer in the cell below *before* you read on.
+"""),
+        code("""
+# Your prediction, before you run: lease (lockDuration) and sweep (stalledInterval), in seconds
+my_lease, my_scan = None, None  # e.g. 30.0, 30.0
+"""),
+        md("""
+## 3. From exported job durations to a recommendation
+
+**Export.** BullMQ keeps `processedOn` and `finishedOn` (epoch ms) on finished jobs; docs/tune.md has the four
+lines of Node that print them as CSV. Here we write such a file (a stand-in for yours: 300 jobs, log-normal
+durations) in a temporary folder; `read_durations` reads that layout, a CSV with a `duration` column in seconds,
+or one number per line.
+"""),
+        code("""
+import tempfile
+from pathlib import Path
+
+from emqsim.distributions import LogNormal
+from emqsim.tune import Limits, SearchSpace, Workload, build_candidates, bullmq_settings, read_durations, tune
+
+rng = np.random.default_rng(SEED)
+processed = 1_764_000_000_000 + np.cumsum(rng.integers(100, 5_000, 300))  # epoch ms
+finished = processed + np.round(rng.lognormal(np.log(15.0), 1.0, 300) * 1000).astype(int)
+folder = tempfile.TemporaryDirectory()
+export = Path(folder.name) / "durations.csv"
+export.write_text("processedOn,finishedOn\\n" + "".join(f"{p},{f}\\n" for p, f in zip(processed, finished)))
+print(export.read_text()[:120] + "...")
+
+durations = read_durations(export)
+measured = (finished - processed) / 1000
+say(
+    f"{len(measured)} jobs: median {np.median(measured):.1f} s, 99th percentile "
+    f"{np.percentile(measured, 99):.1f} s, longest {measured.max():.1f} s. `tune` resamples them as they are "
+    "(no fitted distribution)."
+)
+"""),
+        md("""
+**The rest of the workload and the limits.** Four workers with two slots each; 30 pauses per worker-hour with a
+median of 2 s (a heavy GC); 20 crashes per worker-hour (far more than a real fleet: it gives every run crashes
+to detect, so a few replications are enough here). Limits: at most 5% of jobs falsely reclaimed, at most 2
+Redis requests per second, at 95% confidence together. The search is kept small so that this notebook runs in
+seconds: three leases, one heartbeat ratio (`beat = lease / 3`), two sweep intervals, two fixed timeouts for
+comparison, 3 to 6 replications of 60 jobs each (`python -m emqsim tune` with its defaults searches a far
+larger grid: the cell says how large).
+"""),
+        code("""
+workload = Workload(duration=durations, workers=4, concurrency=2, jobs=60, crash_rate=20,
+                    pause_rate=30, pause_length=LogNormal(2.0, 1.0))
+limits = Limits(false_reclaims=0.05, requests_per_s=2)
+search = SearchSpace(leases=(10, 20, 30), beat_ratios=(3,), scans=(2, 5), timeouts=(60, 300),
+                     min_replications=3, max_replications=6)
+result = tune(workload, limits, search, seed=SEED, verify=10)
+say(
+    f"This search: {len(result.candidates)} settings; the default grid: "
+    f"{len(build_candidates(SearchSpace()))} settings."
+)
+best = result.recommended
+if best is None:
+    say("No setting was decided feasible: " + "; ".join(result.what_would_change))
+else:
+    m = best.metrics
+    say(
+        f"**Recommended: {best.label()}** ({'decided' if result.lease.decided else 'not decided'} after "
+        f"{result.runs} runs). False reclaims per job {m['false_reclaims'].value:.3g} "
+        f"[{m['false_reclaims'].lo:.3g}, {m['false_reclaims'].hi:.3g}], mean detection "
+        f"{m['detection_mean'].value:.1f} s, Redis {m['requests_per_s'].value:.2f} requests/s "
+        f"[{m['requests_per_s'].lo:.2f}, {m['requests_per_s'].hi:.2f}]."
+    )
+"""),
+        md("""
+**The Pareto frontier.** The simulated settings no other simulated setting beats on all three of false
+reclaims, detection and Redis requests, with their status in the search (`feasible`: meets every limit;
+`fails`: an interval says it breaks one; `beaten`: meets them but detects slower):
+"""),
+        code("""
+def row(c):
+    m = c.metrics
+    return {
+        "setting": c.label(), "replications": c.replications,
+        "false reclaims/job": m["false_reclaims"].value, "(upper)": m["false_reclaims"].hi,
+        "detection mean (s)": m["detection_mean"].value, "Redis req/s": m["requests_per_s"].value,
+        "(upper) ": m["requests_per_s"].hi, "status": c.status,
+    }
+
+
+pd.DataFrame([row(c) for c in result.frontier()]).round(3)
+"""),
+        code("""
+say(f"**Why the runner-up lost:** {result.lease.why_runner_up_lost}.")
+if result.verification is not None:
+    v = result.verification.metrics
+    say(
+        f"**On fresh seeds** ({result.verification.replications} replications the search never saw): false "
+        f"reclaims per job {v['false_reclaims'].value:.3g} (upper end {v['false_reclaims'].hi:.3g}), Redis "
+        f"{v['requests_per_s'].value:.2f} requests/s (upper end {v['requests_per_s'].hi:.2f}). The search picks "
+        "the best of many candidates on the same seeds, so its own numbers lean optimistic; these do not."
+        + (
+            f" With {result.verification.replications} replications the upper end of the false-reclaim interval is "
+            f"above the limit of {limits.false_reclaims:g}: the fresh seeds do not confirm the limit (more "
+            "replications would settle it either way; docs/tune.md section 7 says why the search leans optimistic)."
+            if v["false_reclaims"].hi is not None and v["false_reclaims"].hi > limits.false_reclaims
+            else ""
+        )
+    )
+t = result.timeout.best
+if t is not None:
+    say(
+        f"The best fixed timeout, for comparison: {t.label()}, mean detection "
+        f"{t.metrics['detection_mean'].value:.0f} s."
+    )
+else:
+    say(f"No fixed timeout on the grid met the limits: {result.timeout.why_runner_up_lost}.")
+"""),
+        md("""
+**The settings to paste.** `bullmq_settings` gives the Worker options. BullMQ's lock manager ticks every
+`lockRenewTime / 2` and renews on each tick, so a heartbeat of `B` seconds is `lockRenewTime = 2 B`:
+"""),
+        code("""
+settings = bullmq_settings(best) if best is not None else {}
+print("new Worker(queueName, processor, " + str(settings).replace("'", "") + ")")
+if my_lease is None:
+    say("You left `my_lease, my_scan` empty: write your guess at the top of this lesson and run again.")
+elif best is not None:
+    say(
+        f"You predicted lease {my_lease:g} s and sweep {my_scan:g} s; tune recommends {best.lease:g} s and "
+        f"{best.scan:g} s."
+    )
+"""),
+        md("""
+**What would change the answer.** From the closed forms and the simulated candidates:
+"""),
+        code("""
+say("\\n".join(f"* {line}" for line in result.what_would_change))
+"""),
+        md("""
+## Summary
+
+* `explore` answers "how bad can it get" exactly over a small world: the shortest freeze that makes a timeout
+  complete a job twice, to the millisecond, with its counterexample drawn; the freeze boundary of a lease,
+  against the closed form `u + F > L` (and the one place it differs); and a property (no job completed twice
+  under the token-checked lease) checked at every timing, not at a sample.
+* `tune` answers "what should we run" from a team's own measurements: a recommendation with intervals checked
+  on fresh seeds, the frontier, why the runner-up lost, the options to paste and what would change them. The
+  search here was tiny; `python -m emqsim tune --durations durations.csv ...` searches the full grid
+  (docs/tune.md).
+"""),
+    ]
