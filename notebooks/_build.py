@@ -592,14 +592,15 @@ NB3 = [
 
 A lease does not know whether a worker is alive. It knows whether the worker's **renewals arrive in time**.
 Anything that stops renewals without killing the worker makes the lease take a live worker's job: a
-stop-the-world pause (a long GC, a CPU-bound job blocking Node's event loop, `SIGSTOP`), or a network that drops
-the renewals. This notebook makes each of these happen, measures how often, compares with theory, and shows the
+stop-the-world pause (a long GC, `SIGSTOP`), a CPU-bound job blocking Node's event loop (the work goes on, the
+renewals do not), a network that drops renewals, or a connection outage. This notebook makes each of these happen, measures how often, compares with theory, and shows the
 **token check** that keeps the damage contained.
 """),
     code(
         SETUP
         + """
 from emqsim import analytic
+from emqsim.presets import preset
 """
     ),
     *lesson(
@@ -766,8 +767,243 @@ say(
 )
 """),
     md("""
+## 4. A blocked event loop: alive, working, and still reclaimed
 
-## 4. The token check and fencing
+A freeze stops the work and the heartbeat together. The most common real cause of BullMQ's "job stalled more
+than allowable limit" is different: a CPU-bound job blocks Node's event loop. The job's own work goes on (it *is*
+the CPU-bound section), but the lock manager's timer cannot fire until the loop frees, so no renewal leaves.
+`standard("blocked-loop", block_for=45)`: the job blocks the loop 5 s into its 2 minutes, for 45 s; the lease is
+30 s, renewed every 10 s.
+"""),
+    md("""
+**Predict before you look.** The worker never stops working, and nothing dies. Does the job finish once, twice,
+or never? Which finish counts?
+"""),
+    code("""
+# Your prediction:
+blocked_runs_of_the_job = None  # how many times the job runs
+blocked_finish_that_counts = None  # "the blocked worker's", "the other worker's", or "both"
+"""),
+    code("""
+blocked = simulate(standard("blocked-loop", block_for=45.0), LeasePolicy(30, 10, 5), seed=SEED)
+plots.timeline(blocked);
+"""),
+    code("""
+attempts = pd.DataFrame(blocked.attempts_table())
+display(attempts[["attempt", "worker", "taken_at", "reclaimed_at", "worker_state_at_reclaim", "finished_at",
+                  "finish_result", "work_done", "outcome"]])
+first, second = attempts.iloc[0], attempts.iloc[1]
+say(
+    f"Worker {first['worker']}'s job was taken back at {first['reclaimed_at']:.1f} s while the worker was "
+    f"*{first['worker_state_at_reclaim']}* (alive, its event loop busy), and it went on working: it did "
+    f"{first['work_done']:g} s of work and "
+    f"finished at {first['finished_at']:.1f} s, but its finish was rejected (*{first['finish_result']}*). "
+    f"Worker {second['worker']} ran the job a second time from {second['taken_at']:.1f} s, and only its finish "
+    f"counts: the job ran {len(attempts)} times and completed once (`{plots.verdict(blocked).text}`)."
+)
+"""),
+    md("""
+The lease did what it is built to do, and that is the problem: from Redis's side a worker that sends no renewal
+looks exactly like a dead one. The rule is the freeze's: a block of `X` seconds starting `u` after the last
+renewal lapses the lock iff `u + X > L`, so with `u` uniform over one renewal period `B`,
+`analytic.block_lapse_probability` is `clip((X - (L - B)) / B, 0, 1)`, and `analytic.block_safe_limit` is the
+longest block that never lapses it, `L - B`.
+
+**Predict before you run.** BullMQ's defaults: a 30 s lock, and its lock manager's rule
+(`RenewalRule.bullmq(30)`: its timer ticks every quarter of the lock and renews a lock older than one tick).
+What is the longest CPU-bound section a job can have without being stalled?
+"""),
+    code("""
+# Your prediction, in seconds:
+longest_safe_block = None
+"""),
+    code("""
+bullmq = preset("bullmq")
+safe = analytic.block_safe_limit(30.0, bullmq.renewal)
+BLOCK_REPLICATIONS = 40
+blocks = list(range(15, 33))
+rows = []
+for X in blocks:
+    # The block starts 20..80 s into the job: after the job's first renewal, at a random point of the cycle.
+    scenario = standard("blocked-loop", block_for=float(X), block_after=Uniform(20.0, 80.0))
+    runs = [
+        simulate(scenario, bullmq, seed=SEED, replication=r, record_locks=False) for r in range(BLOCK_REPLICATIONS)
+    ]
+    rows.append(
+        {
+            "block X (s)": X,
+            "simulated lapse fraction": sum(any(a.false_reclaim for a in run.attempts) for run in runs) / len(runs),
+            "block_lapse_probability": analytic.block_lapse_probability(30.0, bullmq.renewal, float(X)),
+        }
+    )
+block_table = pd.DataFrame(rows)
+fig, ax = plt.subplots(figsize=(7, 3.6))
+ax.plot(block_table["block X (s)"], block_table["block_lapse_probability"], color=plots.OKABE_ITO["blue"],
+        label="analytic.block_lapse_probability")
+ax.plot(block_table["block X (s)"], block_table["simulated lapse fraction"], "o", color=plots.OKABE_ITO["orange"],
+        label=f"simulated, {BLOCK_REPLICATIONS} runs per point")
+ax.axvline(safe, color="grey", linestyle=":")
+ax.set_xlabel("event loop blocked for X seconds")
+ax.set_ylabel("fraction of jobs stalled")
+ax.set_title("BullMQ's defaults (30 s lock): blocks longer than L - B stall the job", loc="left")
+ax.legend(loc="upper left");
+"""),
+    code("""
+gap = (block_table["simulated lapse fraction"] - block_table["block_lapse_probability"]).abs()
+never = block_table[block_table["simulated lapse fraction"] == 0]["block X (s)"].max()
+always = block_table[block_table["simulated lapse fraction"] == 1]["block X (s)"].min()
+noise = 100 * 1.96 * (0.25 / BLOCK_REPLICATIONS) ** 0.5
+say(
+    f"`block_safe_limit(30, RenewalRule.bullmq(30))` = {safe:.3f} s: with BullMQ's defaults a job may block "
+    f"its event loop for up to about {safe:.1f} s. In the simulation no block up to {never} s stalled a job and "
+    f"every block from {always} s on did; in between the simulated fraction stays within "
+    f"{100 * gap.max():.0f} percentage points of the formula ({BLOCK_REPLICATIONS} runs per point: noise up to "
+    f"about {noise:.0f} points)."
+)
+"""),
+    md("""
+**The tuning answer.** A job that blocks for up to `X` seconds needs `L - B > X`, that is a lease of at least
+`X + B` (for BullMQ's rule, `B = L/4`, so `lockDuration > 4X/3`). Or take the block off the event loop: a
+sandboxed processor (a child process) or a worker thread keeps the lock manager's timer free, and yielding
+(`await` in the loop) lets it fire. Here is a 40 s block under BullMQ's rule with a 30, 45 and 60 s lock, once for
+a block anywhere in the first minute of the job and once for a block that starts after the job's first renewals:
+"""),
+    code("""
+TUNE_REPLICATIONS = 40
+rows = []
+for lease in (30.0, 45.0, 60.0):
+    policy = preset("bullmq", lease=lease)
+    for where, after in (("5..60 s into the job", Uniform(5.0, 60.0)), ("35..60 s into the job", Uniform(35.0, 60.0))):
+        scenario = standard("blocked-loop", block_for=40.0, block_after=after)
+        summaries = [
+            summarize(simulate(scenario, policy, seed=SEED, replication=r, record_locks=False))
+            for r in range(TUNE_REPLICATIONS)
+        ]
+        row = aggregate(summaries)
+        rows.append(
+            {
+                "lock (s)": lease,
+                "block starts": where,
+                "block_safe_limit (s)": round(analytic.block_safe_limit(lease, policy.renewal), 3),
+                "false reclaims": row["false_reclaims_total"],
+                "duplicate executions": row["duplicate_executions_total"],
+                "jobs": row["jobs_total"],
+            }
+        )
+tuning = pd.DataFrame(rows)
+tuning
+"""),
+    code("""
+at = {(r["lock (s)"], r["block starts"]): r for r in rows}
+early, late = "5..60 s into the job", "35..60 s into the job"
+tick = preset("bullmq", lease=60.0).renewal.tick_ms / 1000
+say(
+    f"A 40 s block costs a 30 s lock {at[(30.0, early)]['false reclaims']} false reclaims in "
+    f"{at[(30.0, early)]['jobs']} jobs, and a 45 s lock {at[(45.0, early)]['false reclaims']}. "
+    f"A 60 s lock (safe limit {at[(60.0, late)]['block_safe_limit (s)']:g} s) loses "
+    f"{at[(60.0, late)]['false reclaims']} of {at[(60.0, late)]['jobs']} once the job has renewed, but "
+    f"{at[(60.0, early)]['false reclaims']} when the block may start early: BullMQ renews a lock only when it is "
+    f"older than one tick ({tick:g} s), checked once per tick, so the first renewal can come up to two ticks "
+    "after the take, and a block that starts before it has only the take's lock to live on. "
+    "The safe limit holds from the first renewal on; a CPU-bound section at the very start of a job "
+    "(parsing its input, say) needs the extra margin."
+)
+"""),
+    md("""
+## 5. A connection outage is not a run of lost heartbeats
+
+Section 3 dropped renewals one at a time, independently. Real outages are correlated: the connection to Redis
+is gone for a while, for every command. BullMQ's client (ioredis with `maxRetriesPerRequest: null`) does not drop
+the renewals: it queues them and resends them once it has reconnected, and it reconnects on a backoff (BullMQ's
+retry strategy: `max(min(e^n, 20000), 1000)` ms before attempt `n`). So the question is not how many beats were
+lost but **when the client is back**.
+
+**Predict before you run.** A 30 s lease renewed every 10 s survives two lost beats in a row (section 3). The
+connection is down for 20 s, which is two beats. Does the job survive?
+"""),
+    code("""
+# Your prediction:
+survives_a_20s_outage = None  # True or False
+"""),
+    code("""
+outage = Scenario(
+    name="outage",
+    workers=2,
+    jobs=1,
+    duration=Fixed(120.0),
+    faults=(Outage(at=21.0, duration=20.0),),
+    phases="aligned",
+)
+outage_run = simulate(outage, LeasePolicy(30, 10, 5), seed=SEED)
+plots.timeline(outage_run, title="A 20 s outage of every connection, 21 s into a job");
+"""),
+    code("""
+from emqsim.faults import reconnect_delay_ms
+
+back = 21.0 + analytic.reconnect_time(20.0)
+attempts_at, n = [], 0  # the client's reconnect attempts, seconds after the disconnect
+while not attempts_at or attempts_at[-1] < 20.0:
+    n += 1
+    attempts_at.append((attempts_at[-1] if attempts_at else 0.0) + reconnect_delay_ms(n) / 1000)
+events = [e for e in outage_run.lock_events if e.job == "0" and e.token == outage_run.attempts[0].token]
+expired = next(e.time for e in events if e.kind == "expired")
+say(
+    f"The last renewal before the outage kept the lock until {expired:.1f} s. The network was back at "
+    f"{outage.faults[0].at + outage.faults[0].duration:g} s, but "
+    f"the client's reconnect attempts come {', '.join(f'{x:g}' for x in attempts_at)} s after the disconnect, "
+    f"so it was connected again only at {back:.1f} s (`reconnect_time(20) = {analytic.reconnect_time(20.0):g}`), "
+    f"and its queued renewal came too late: `{plots.verdict(outage_run).text}`."
+)
+"""),
+    md("""
+So an outage of `D` seconds acts like a freeze of `R(D) = analytic.reconnect_time(D)`: the lock lapses iff
+`u + R(D) > L`, and `analytic.outage_lapse_probability` is the freeze formula at `R(D)`. Because the backoff grows,
+`R(D)` jumps: the table compares it with the naive count of lost beats, and checks the formula against runs of
+the same scenario with the outage starting at `OUTAGE_STARTS` moments spread evenly over one beat:
+"""),
+    code("""
+OUTAGE_STARTS = 20
+k = analytic.losses_to_lapse(30.0, 10.0)
+rows = []
+for D in (2.0, 5.0, 7.0, 10.0, 15.0, 18.0, 19.0, 20.0, 30.0):
+    lapsed = 0
+    for i in range(OUTAGE_STARTS):
+        start = 20.0 + 10.0 * (i + 0.5) / OUTAGE_STARTS
+        run = simulate(outage.with_(faults=(Outage(at=start, duration=D),)), LeasePolicy(30, 10, 5), seed=SEED,
+                       record_locks=False)
+        lapsed += any(a.false_reclaim for a in run.attempts)
+    rows.append(
+        {
+            "outage D (s)": D,
+            "beats lost (naive)": int(D // 10),
+            "naive: lapses": int(D // 10) >= k,
+            "reconnect_time(D)": analytic.reconnect_time(D),
+            "P(lapse) 30/10": analytic.outage_lapse_probability(30.0, 10.0, D),
+            "simulated 30/10": lapsed / OUTAGE_STARTS,
+            "P(lapse) BullMQ 30": analytic.outage_lapse_probability(30.0, RenewalRule.bullmq(30.0), D),
+        }
+    )
+outage_table = pd.DataFrame(rows)
+outage_table
+"""),
+    code("""
+row = {r["outage D (s)"]: r for r in rows}
+longest_safe = max(D for D, r in row.items() if r["P(lapse) 30/10"] == 0)
+say(
+    f"Counting beats, an outage of {longest_safe:g} s loses {row[longest_safe]['beats lost (naive)']} and one "
+    f"of 20 s {row[20.0]['beats lost (naive)']}, both fewer than the {k} that lapse a 30/10 lease. The "
+    f"reconnect backoff tells another story: after the {longest_safe:g} s outage the client is back at "
+    f"{row[longest_safe]['reconnect_time(D)']:g} s, and the lease survives "
+    f"(P(lapse) {row[longest_safe]['P(lapse) 30/10']:g}, simulated {row[longest_safe]['simulated 30/10']:g}); "
+    f"after a 20 s outage it is back only at {row[20.0]['reconnect_time(D)']:g} s, longer than the lease: "
+    f"P(lapse) {row[20.0]['P(lapse) 30/10']:g} for 30/10 and {row[20.0]['P(lapse) BullMQ 30']:g} for BullMQ's "
+    f"rule (simulated {row[20.0]['simulated 30/10']:g}). Against that outage a shorter beat does not help (the "
+    "reconnect alone outlasts the lease); only a lease longer than the reconnect time does."
+)
+"""),
+    md("""
+
+## 6. The token check and fencing
 
 When a live worker's job is taken, two workers run it. What stops both results from counting is the **token**:
 each take writes a fresh token into the lock, and `moveToFinished` only accepts a finish from the worker whose
@@ -812,7 +1048,7 @@ ownership. The fix is a **fencing token**: a number that grows with every take, 
 which the *downstream* system checks, refusing writes that carry an older number than one it has seen. The queue
 can supply the number (the job's attempt count `ats`); the systems the job writes to must check it.
 
-## 5. When the port is wrong
+## 7. When the port is wrong
 
 Two bugs that real ports have had, written as five-line policies. A wrong key prefix in the renewal call makes
 every renewal fail; a sweep that never runs leaves dead workers' jobs hostage.
@@ -854,6 +1090,8 @@ workers, which is why tests need the slow-alive and fast-dead cases.
 |---|---|---|
 | freeze longer than `L - B` | takes the live worker's job | keep pauses short (renew off the main loop), longer `L` |
 | `k = floor(L/B)` renewals lost in a row | takes the live worker's job | shorter `B` (larger `k`) |
+| event loop blocked longer than `L - B` | takes a live, *working* worker's job; it runs twice | lease > block + `B`, sandboxed processor or worker thread, yield |
+| connection outage of `D` s | lapses iff the reconnect `R(D)` outlasts the lease, not after `k` beats | lease longer than `R(D)` |
 | stale worker finishes late | token check rejects the finish | keep the token check in `moveToFinished` |
 | stale worker writes elsewhere | nothing: a lease cannot stop it | fencing token checked downstream |
 | renewal or sweep broken | false reclaims / hostages | test slow-alive and fast-dead cases |
