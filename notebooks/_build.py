@@ -666,24 +666,45 @@ is frozen it neither works nor renews. The lease is 30 s, renewed every 10 s.
 frozen = simulate(standard("frozen", freeze_for=45.0), LeasePolicy(30, 10, 5), seed=SEED)
 plots.timeline(frozen);
 """),
-    md("""
-Step by step:
-
-1. The worker renewed its lock (black tick) a few seconds before it froze (yellow).
-2. Frozen, it sent no more renewals; the lock expired 30 s after the last one (the light blue band stops).
-3. The next sweep found the job without a lock and gave it to worker 1 (orange cross: a live worker's job was
-   taken, a **false reclaim**).
-4. Worker 0 resumed at 50 s. Its first renewal was **refused** (orange x): BullMQ's `extendLock` only renews a
-   lock that still holds the worker's own token, and this one is gone.
-5. BullMQ does not stop the job when a renewal fails, so worker 0 went on working and finished at 165 s. Its
-   finish was **rejected** (pink square): `moveToFinished` checks the token too and answers "Missing lock".
-   Only worker 1's finish counts. The job ran twice, but completed once.
-"""),
     code("""
-pd.DataFrame(frozen.attempts_table())[
-    ["attempt", "worker", "taken_at", "reclaimed_at", "worker_state_at_reclaim", "finished_at", "finish_result",
-     "work_done", "outcome"]
-]
+display(
+    pd.DataFrame(frozen.attempts_table())[
+        ["attempt", "worker", "taken_at", "reclaimed_at", "worker_state_at_reclaim", "finished_at", "finish_result",
+         "work_done", "outcome"]
+    ]
+)
+def times(n):
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
+stale, fresh = frozen.attempts[0], frozen.attempts[1]
+froze = next(e.time for e in frozen.worker_events if e.worker == stale.worker and e.kind == "freeze")
+resumed = next(e.time for e in frozen.worker_events if e.worker == stale.worker and e.kind == "resume")
+mine = [e for e in frozen.lock_events if e.token == stale.token]
+last = [e for e in mine if e.kind in ("set", "renewed") and e.time <= froze][-1]
+expired = next(e.time for e in mine if e.kind == "expired")
+refused = next(e.time for e in mine if e.kind == "renew_failed")
+say(
+    "Step by step:\\n\\n"
+    + (
+        f"1. Worker {stale.worker} took the job at {stale.taken_at:.1f} s and froze (yellow) at {froze:.1f} s, "
+        "before its first renewal: the lock it set at the take was the last one.\\n"
+        if last.kind == "set"
+        else f"1. Worker {stale.worker} renewed its lock (black tick) at {last.time:.1f} s, {froze - last.time:.1f} s "
+        f"before it froze (yellow) at {froze:.1f} s.\\n"
+    )
+    + f"2. Frozen, it sent no more renewals; the lock expired at {expired:.1f} s, {expired - last.time:.1f} s after "
+    "it was last set (the light blue band stops).\\n"
+    f"3. The sweep at {stale.reclaimed_at:.1f} s found the job without a lock and gave it to worker {fresh.worker} "
+    "(orange cross: a live worker's job was taken, a **false reclaim**).\\n"
+    f"4. Worker {stale.worker} resumed at {resumed:.1f} s. Its first renewal, at {refused:.1f} s, was **refused** "
+    "(orange x): BullMQ's `extendLock` only renews a lock that still holds the worker's own token, and this one "
+    "is gone.\\n"
+    f"5. BullMQ does not stop the job when a renewal fails, so worker {stale.worker} went on working and finished "
+    f"at {stale.finished_at:.1f} s. Its finish was **rejected** (pink square): `moveToFinished` checks the token "
+    f"too and answers *{stale.finish_result}*. Only worker {fresh.worker}'s finish counts: the job ran "
+    f"{times(len(frozen.attempts))}, but completed {times(sum(a.finish_result == 'accepted' for a in frozen.attempts))}."
+)
 """),
     md("""
 ## 2. How long a freeze can a lease survive?
@@ -730,8 +751,8 @@ plots.freeze_curve(
 """),
     md("""
 Both variants are safe below `L - B` and both lose the job for long freezes; re-creating the lock only narrows
-the window in between. The real fix is to keep pauses shorter than `L - B`: renew from a thread that CPU-bound
-work cannot block (BullMQ issues #2857, #3056, #3183 are this failure), or choose a longer lease.
+the window in between. The real fix is to keep pauses shorter than `L - B`, or choose a longer lease. (A
+CPU-bound job that blocks Node's event loop stops the renewals in the same way, though not the work: section 4.)
 
 ## 3. Lost heartbeats
 
@@ -833,7 +854,8 @@ say(
     f"{first['work_done']:g} s of work and "
     f"finished at {first['finished_at']:.1f} s, but its finish was rejected (*{first['finish_result']}*). "
     f"Worker {second['worker']} ran the job a second time from {second['taken_at']:.1f} s, and only its finish "
-    f"counts: the job ran {len(attempts)} times and completed once (`{plots.verdict(blocked).text}`)."
+    f"counts: the job ran {times(len(attempts))} and completed "
+    f"{times(int((attempts['finish_result'] == 'accepted').sum()))} (`{plots.verdict(blocked).text}`)."
 )
 """),
     md("""
