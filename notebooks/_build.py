@@ -353,9 +353,9 @@ ax.legend();
   never taken, dead ones come back after about one lease.
 
 Next: **02-tuning** shows how to choose the lease, the heartbeat and the sweep period, and what each costs;
-**03-where-leases-fail** shows the cases a lease gets wrong (frozen workers, lost heartbeats) and the token check
-that keeps them from doing damage; **04-real-systems** runs the defaults of BullMQ, Celery, SQS, Faktory,
-Oban and Kubernetes on the same workload.
+**03-where-leases-fail** shows the cases a lease gets wrong (frozen workers, lost heartbeats, blocked event
+loops, connection outages) and the token check that keeps them from doing damage; **04-real-systems** runs the
+defaults of BullMQ, Celery, SQS, Faktory, Oban and Kubernetes on the same workload.
 """),
 ]
 
@@ -622,7 +622,7 @@ The leases sit in the corner the timeout cannot reach.
 # -------------------------------------------------------------------------------------------------------------
 NB3 = [
     md("""
-# Where leases fail: freezes, lost heartbeats, stale finishes and fencing
+# Where leases fail: freezes, lost heartbeats, blocked loops, outages, stale finishes and fencing
 
 A lease does not know whether a worker is alive. It knows whether the worker's **renewals arrive in time**.
 Anything that stops renewals without killing the worker makes the lease take a live worker's job: a
