@@ -611,8 +611,11 @@ def block_lapse_probability(
 def block_safe_limit(
     lease: float, renewal: float | RenewalRule, *, rtt: float = DEFAULT_RTT, resolution: float = MS
 ) -> float:
-    """The longest block that never lapses the lease: L - B. The tuning answer for a job that blocks for up
-    to X s: a lease of at least X + B (for BullMQ's rule, B = lockDuration/4: lockDuration >= 4X/3)."""
+    """The longest block that never lapses the lease once renewals run on their period: L - B. The tuning
+    answer for a job that blocks for up to X s: a lease of at least X + B (for BullMQ's rule, B =
+    lockDuration/4: lockDuration >= 4X/3). Early in a job the margin is smaller: BullMQ renews a lock only once
+    it is older than one tick, checked once per tick, so the first renewal can come up to two ticks after the
+    take, and a block that starts before it can lapse the lock sooner (notebook 03 shows it)."""
     return _on_grid(lease, resolution) - renewal_period(renewal, rtt=rtt, resolution=resolution)
 
 
