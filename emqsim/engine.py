@@ -21,20 +21,9 @@ import simpy
 
 from emqsim.faults import Block, ChildCrash, Crash, Freeze, Outage, as_distribution, reconnect_after_ms
 from emqsim.keys import QueueKeys
+from emqsim.ledger import Ledger, finalise
 from emqsim.policies import ReclaimPolicy
-from emqsim.records import (
-    COMPLETED,
-    DUPLICATE_COMPLETION,
-    FAILED,
-    FINISH_REJECTED,
-    HELD,
-    RECLAIMED,
-    RUNNING,
-    Attempt,
-    Run,
-    WorkerEvent,
-    with_expiries,
-)
+from emqsim.records import Attempt, Run, WorkerEvent, with_expiries
 from emqsim.scenario import Scenario
 from emqsim.seeds import stream
 from emqsim.server import Server, TieBreak
@@ -83,14 +72,14 @@ class Simulation:
         self.seed = seed
         self.replication = replication
         self.env = simpy.Environment()
+        self.ledger = Ledger(record_locks=record_locks and job_sink is None, streaming=job_sink is not None)
         self.server = Server(
             self.env,
             self.policy,
             QueueKeys(scenario.queue),
             self._rng("store"),
-            record_locks=record_locks and job_sink is None,
+            self.ledger,
             remove_on_complete=scenario.remove_on_complete,
-            streaming=job_sink is not None,
             tie_break=tie_break,
         )
         self.timer_phases = timer_phases or {}
@@ -177,7 +166,7 @@ class Simulation:
         """Hand a settled job to the sink if none of its attempts can change any more: each one's finish was
         applied at Redis, or its worker is dead with no finish on the way; and a crash that left the job
         held was detected or outlived by a completion (else its hostage time runs to the end of the run)."""
-        attempts = self.server.job_attempts[job_id]
+        attempts = self.ledger.job_attempts[job_id]
         workers = self.workers
         for a in attempts:
             if a.finish_applied_at is None and (a.finished_at is not None or workers[a.worker].state != DEAD):
@@ -186,13 +175,8 @@ class Simulation:
             a.died_at is not None and a.detection_latency is None for a in attempts
         ):
             return
-        _finalise(attempts)
+        self.ledger.close(job_id)
         self._settled_open.discard(job_id)
-        server = self.server
-        del server.job_attempts[job_id]
-        del server.work_of[job_id]
-        del server.attempt_counts[job_id]
-        server.open_attempts.pop(job_id, None)
         sink = self.job_sink
         assert sink is not None  # jobs are closed only when streaming
         sink(attempts, self._arrival_of.pop(job_id), None)
@@ -467,15 +451,17 @@ class Simulation:
     def _finish_run(self, ended_by: str) -> Run:
         end_ms = int(self.env.now)
         server = self.server
+        ledger = self.ledger
         for worker in self.workers.values():
-            for attempt in worker.running.values():
-                if attempt.started_at is not None:
-                    attempt.work_done = min(attempt.work, _ran_for(worker, attempt, end_ms))
+            for token, attempt in worker.running.items():
+                ran = worker.ran_ms(token)
+                if ran is not None:
+                    ledger.ran(attempt, max(0, ran) / 1000)
         if self.job_sink is None:
-            _finalise(server.attempts)
+            finalise(ledger.attempts)
         else:
-            for job_id, attempts in server.job_attempts.items():
-                _finalise(attempts)
+            for job_id, attempts in ledger.job_attempts.items():
+                finalise(attempts)
                 self.job_sink(attempts, self._arrival_of[job_id], end_ms / 1000)
         redis_commands = server.store.commands_executed
         keys = server.keys
@@ -486,7 +472,7 @@ class Simulation:
             "completed": x("SCARD", keys.completed),
             "failed": x("SCARD", keys.failed),
         }
-        lock_events = with_expiries(server.lock_events, end_ms / 1000) if server.record_locks else []
+        lock_events = with_expiries(ledger.lock_events, end_ms / 1000) if ledger.record_locks else []
         return Run(
             scenario=self.scenario.name,
             policy=self.policy.settings(),
@@ -496,58 +482,15 @@ class Simulation:
             ended_by=ended_by,
             jobs=self.scenario.jobs,
             arrivals=self.arrival_times,
-            attempts=server.attempts,
+            attempts=ledger.attempts,
             worker_events=self.worker_events,
             lock_events=lock_events,
-            sweeps=server.sweeps,
+            sweeps=ledger.sweeps,
             requests=dict(sorted(server.requests.items())),
             redis_commands=redis_commands,
             resident_keys_peak=server.resident_peak,
             final_state=final_state,
         )
-
-
-def _ran_for(worker: Worker, attempt: Attempt, until_ms: int) -> float:
-    """Seconds of work the worker did on an unfinished attempt (wall time since start less frozen time)."""
-    start = worker.started_ms.get(attempt.token)
-    if start is None:
-        return 0.0
-    start_ms, frozen_at_start = start
-    frozen = worker.frozen_total() - frozen_at_start
-    return max(0, until_ms - start_ms - frozen) / 1000
-
-
-def _outcome(a: Attempt) -> str:
-    if a.finish_result == "accepted":
-        return COMPLETED  # a later accepted completion of the same job becomes a duplicate below
-    if a.finish_result is not None:
-        return FINISH_REJECTED
-    if a.failed_at is not None:
-        return FAILED
-    if a.reclaimed_at is not None:
-        return RECLAIMED
-    return HELD if a.died_at is not None else RUNNING
-
-
-def _finalise(attempts: list[Attempt]) -> None:
-    """Final fields of attempts nothing will change any more: a finished run did all its work; outcomes."""
-    for a in attempts:
-        if a.finished_at is not None:
-            a.work_done = a.work
-        a.outcome = _outcome(a)
-    _mark_duplicates(attempts)
-
-
-def _mark_duplicates(attempts: list[Attempt]) -> None:
-    """A second accepted completion of the same job is a duplicate, whichever attempt it came from."""
-    completed: set[str] = set()
-    for a in sorted(
-        (a for a in attempts if a.finish_result == "accepted"),
-        key=lambda a: (a.finish_applied_at, a.job, a.attempt),
-    ):
-        if a.job in completed:
-            a.outcome = DUPLICATE_COMPLETION
-        completed.add(a.job)
 
 
 def simulate(

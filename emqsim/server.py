@@ -21,9 +21,10 @@ import simpy
 from simpy.events import NORMAL
 
 from emqsim.keys import QueueKeys
+from emqsim.ledger import Ledger
 from emqsim.policies import ReclaimPolicy
 from emqsim.protocol import FinishReply, Queue, SweepReply
-from emqsim.records import Attempt, LockEvent, SweepEvent
+from emqsim.records import Attempt
 from emqsim.store import KeyStore
 
 if TYPE_CHECKING:
@@ -69,9 +70,8 @@ class Server:
         policy: ReclaimPolicy,
         keys: QueueKeys,
         store_rng: Any,
-        record_locks: bool = True,
+        ledger: Ledger,
         remove_on_complete: bool = False,
-        streaming: bool = False,
         tie_break: TieBreak | None = None,
     ) -> None:
         self.env = env
@@ -81,14 +81,9 @@ class Server:
         # only, no Python frame; the simulation's time is integer ms throughout.
         self.store = KeyStore(partial(getattr, env, "_now"), rng=store_rng, on_evict=self._on_evict)
         self.queue = Queue(self.store, keys, remove_on_complete=remove_on_complete)
-        self.record_locks = record_locks
-        self.streaming = streaming  # attempts kept per job until the engine closes the job, no other records
-        self.attempts: list[Attempt] = []  # every attempt in take order (not kept when streaming)
-        self.job_attempts: dict[str, list[Attempt]] = {}  # streaming: the attempts of jobs not yet closed
-        self.open_attempts: dict[str, Attempt] = {}  # job -> its current attempt, while the job is active
-        self.attempt_counts: dict[str, int] = {}
-        self.lock_events: list[LockEvent] = []
-        self.sweeps: list[SweepEvent] = []
+        self.ledger = ledger  # the one writer of attempts, lock events and sweeps
+        self.record_locks = ledger.record_locks
+        self.streaming = ledger.streaming
         self.requests: dict[str, int] = {}
         self.blocked: deque[tuple[Worker, str, simpy.Event, int]] = deque()
         # Parked BZPOPMIN calls on the queue's marker (takes after wake-up): [worker, reply, back_ms, done].
@@ -98,7 +93,6 @@ class Server:
         # can lose them (`Outage.lost_writes`); None otherwise.
         self.lock_log: deque[tuple[int, str, str, str | None, int | None]] | None = None
         self.lock_log_keep_ms = 0
-        self.work_of: dict[str, float] = {}
         self.settled = 0  # jobs that reached completed or failed
         self.on_settle: Callable[[str], None] = lambda job_id: None  # a job reached completed or failed
         self.on_finish_applied: Callable[[str], None] = lambda job_id: None
@@ -160,7 +154,7 @@ class Server:
     def _expire_locks_now(self) -> None:
         """Locks whose expiry millisecond is now expire before the next step (tie-break expiry="before")."""
         now = int(self.env.now)
-        for job_id in list(self.open_attempts):
+        for job_id in self.ledger.active_jobs():
             key = self.keys.lock(job_id)
             if self.store.expire_at(key) == now:
                 self.store.delete(key)
@@ -262,7 +256,7 @@ class Server:
 
     # -- server-side steps -------------------------------------------------------------------------------
     def add_job(self, job_id: str, work: float) -> None:
-        self.work_of[job_id] = work
+        self.ledger.arrived(job_id, work)
         self.queue.add(job_id)
         self.serve_blocked()
 
@@ -270,18 +264,10 @@ class Server:
         job_id = self.policy.take(self.queue, token, now)
         if job_id is None:
             return None
-        n = self.attempt_counts.get(job_id, 0) + 1
-        self.attempt_counts[job_id] = n
-        attempt = Attempt(job_id, n, worker.wid, token, self.work_of[job_id], taken_at=now / 1000)
         if self.policy.lazy_fail and self.store.hget(self.keys.job(job_id), "defa") is not None:
             self.doomed.add(token)
-        if not worker.alive_or_frozen:
-            attempt.died_at = attempt.taken_at  # taken by a request sent just before its worker crashed
-        if self.streaming:
-            self.job_attempts.setdefault(job_id, []).append(attempt)
-        else:
-            self.attempts.append(attempt)
-        self.open_attempts[job_id] = attempt
+        # A take sent just before its worker crashed runs with its worker dead.
+        attempt = self.ledger.taken(job_id, worker.wid, token, now, worker_dead=not worker.alive_or_frozen)
         if self.lock_log is not None and (self.policy.renewal is not None or self.policy.fenced):
             self.lock_log.append((now, job_id, token, None, None))
             self._prune_lock_log(now)
@@ -323,18 +309,13 @@ class Server:
     def renewal_lost(self, held: list[tuple[str, str]], sent_ms: int) -> None:
         """Record renewals that never reached Redis (at the time they were sent)."""
         if self.record_locks:
-            for job_id, token in held:
-                self.lock_events.append(LockEvent(sent_ms / 1000, job_id, token, "renew_lost"))
+            self.ledger.renewals_lost(held, sent_ms)
 
     def finish(self, attempt: Attempt, now: int) -> FinishReply:
         reply = self.policy.finish(self.queue, attempt.job, attempt.token, now)
-        attempt.finish_applied_at = now / 1000
-        attempt.finish_result = "accepted" if reply.accepted else reply.error
-        if reply.accepted:
-            if self.open_attempts.get(attempt.job) is attempt:
-                del self.open_attempts[attempt.job]
-            if self.record_locks and self.policy.fenced:
-                self._lock_event(now, attempt.job, attempt.token, "released")
+        self.ledger.finish_applied(attempt, now, reply.error)
+        if reply.accepted and self.record_locks and self.policy.fenced:
+            self._lock_event(now, attempt.job, attempt.token, "released")
         if reply.was_active:
             self.settled += 1
             self.on_settle(attempt.job)
@@ -367,21 +348,16 @@ class Server:
                 store.set(key, before, px=max(1, before_expiry - now))
                 restored = before_expiry / 1000
             if self.record_locks:
-                self.lock_events.append(LockEvent(now / 1000, job_id, token, "lost_in_failover", restored))
+                self.ledger.lock_restored(now, job_id, token, restored)
         log.clear()
 
     def fail(self, attempt: Attempt, now: int, reason: str) -> FinishReply:
         """moveToFinished(failed) by the holder: token-checked; the job goes to `failed`."""
         reply = self.queue.fail(attempt.job, attempt.token, check_token=self.policy.fenced)
-        attempt.finish_applied_at = now / 1000
-        if reply.accepted and reply.was_active:
-            attempt.failed_at = now / 1000
-            if self.open_attempts.get(attempt.job) is attempt:
-                del self.open_attempts[attempt.job]
-            if self.record_locks:
-                self._lock_event(now, attempt.job, attempt.token, "released", detail=reason)
-        else:
-            attempt.finish_result = reply.error
+        failed = reply.accepted and reply.was_active
+        self.ledger.fail_applied(attempt, now, failed, reply.error)
+        if failed and self.record_locks:
+            self._lock_event(now, attempt.job, attempt.token, "released", detail=reason)
         if reply.was_active:
             self.settled += 1
             self.on_settle(attempt.job)
@@ -401,9 +377,7 @@ class Server:
     def sweep(self, by: str, now: int) -> SweepReply:
         reply = self.policy.sweep(self.queue, now)
         if not reply.skipped and not self.streaming:  # a sweep turned away by the rate limit: no record
-            self.sweeps.append(
-                SweepEvent(now / 1000, by, reply.skipped, reply.reclaimed, reply.failed, len(reply.marked))
-            )
+            self.ledger.sweep(now, by, reply)
         for job_id in reply.reclaimed:
             self._reclaimed(job_id, by, now, failed=False)
         for job_id in reply.failed:
@@ -415,15 +389,10 @@ class Server:
         return reply
 
     def _reclaimed(self, job_id: str, by: str, now: int, failed: bool) -> None:
-        attempt = self.open_attempts.pop(job_id, None)
+        attempt = self.ledger.current(job_id)
         if attempt is None:
             return
-        if failed:
-            attempt.failed_at = now / 1000
-        else:
-            attempt.reclaimed_at = now / 1000
-        attempt.reclaimed_by = by
-        attempt.worker_state_at_reclaim = self.worker_state(attempt.worker)  # type: ignore[assignment]
+        self.ledger.reclaimed(job_id, by, now, failed, self.worker_state(attempt.worker))
         if self.record_locks and self.policy.fenced and self.policy.renewal is None:
             self._lock_event(now, job_id, attempt.token, "deleted")
 
@@ -433,16 +402,14 @@ class Server:
     # -- records -----------------------------------------------------------------------------------------
     def _lock_event(self, now: int, job_id: str, token: str | None, kind: str, detail: str = "") -> None:
         expires = self.store.expire_at(self.keys.lock(job_id)) if kind in ("set", "renewed") else None
-        self.lock_events.append(
-            LockEvent(now / 1000, job_id, token, kind, None if expires is None else expires / 1000, detail)
-        )
+        self.ledger.lock(now, job_id, token, kind, expires, detail)
 
     def _on_evict(self, key: str, now: int, how: str) -> None:
         if not self.record_locks:
             return
         job_id = self.keys.job_id_of_lock(key)
         if job_id is not None:
-            self.lock_events.append(LockEvent(now / 1000, job_id, None, "evicted", None, how))
+            self.ledger.lock(now, job_id, None, "evicted", None, how)
 
     def active_expire(self) -> None:
         self.resident_peak = max(self.resident_peak, self.store.resident_keys())

@@ -275,23 +275,11 @@ class Worker(Client):
         if self.state == DEAD:
             return
         self.state = DEAD
-        now = self.env.now / 1000
+        now = int(self.env.now)
         self._event("crash")
+        ledger = self.sim.ledger
         for token, attempt in self.running.items():
-            if attempt.started_at is not None and attempt.finished_at is None:
-                attempt.stopped_at = now  # its execution ends here, whether or not the job is still its own
-            # A dead worker holds this job hostage only if the job is still its own (not reclaimed already).
-            if (
-                attempt.died_at is None
-                and attempt.finish_applied_at is None
-                and attempt.reclaimed_at is None
-                and attempt.failed_at is None
-            ):
-                attempt.died_at = now
-            start = self.started_ms.get(token)
-            if start is not None:
-                ran = int(self.env.now) - start[0] - (self.frozen_total() - start[1])
-                attempt.work_done = min(attempt.work, max(0, ran) / 1000)
+            ledger.crashed(attempt, now, self.ran_ms(token))
         stopped = list(self.running.values())
         self.sim.attempts_stopped(len(stopped))
         self.running.clear()
@@ -300,6 +288,14 @@ class Worker(Client):
         if self.resume_event is not None and not self.resume_event.triggered:
             self.resume_event.succeed()
         self.sim.worker_crashed(self, stopped)
+
+    def ran_ms(self, token: str) -> int | None:
+        """ms of work done on the take `token` since it started (wall time less frozen time), or None if it
+        has not started."""
+        start = self.started_ms.get(token)
+        if start is None:
+            return None
+        return int(self.env.now) - start[0] - (self.frozen_total() - start[1])
 
     def frozen_total(self) -> int:
         ongoing = int(self.env.now) - self.frozen_since if self.frozen_since is not None else 0
@@ -315,6 +311,7 @@ class Worker(Client):
     def slot(self) -> Proc:
         """Fetch a job, work on it, finish it; forever."""
         server = self.sim.server
+        ledger = self.sim.ledger
         policy = self.sim.policy
         after_wakeup = policy.take_after_wakeup
         by_job = policy.renewal is not None and policy.renewal.track_by == "job"
@@ -346,7 +343,7 @@ class Worker(Client):
                 if not (yield from self._fail(attempt, token, "job stalled more than allowable limit")):
                     return
                 continue
-            attempt.started_at = now / 1000
+            ledger.started(attempt, now)
             if by_job:  # BullMQ's LockManager map is keyed by job id: a re-take replaces the stale entry
                 for other in [t for t, h in self.held.items() if h.job == job_id]:
                     del self.held[other]
@@ -377,7 +374,7 @@ class Worker(Client):
                 continue
             if self.slot_procs is not None:
                 self.slot_procs.pop(token, None)
-            attempt.finished_at = self.env.now / 1000
+            ledger.finishing(attempt, int(self.env.now))
             reply = yield from self.request("finish", lambda now, a=attempt: server.finish(a, now))
             if reply is None:
                 return
@@ -397,11 +394,9 @@ class Worker(Client):
     def _fail(self, attempt: Attempt, token: str, reason: str) -> Proc:
         """moveToFinished(failed) for a job this worker holds; False if the worker died meanwhile."""
         server = self.sim.server
-        start = self.started_ms.get(token)
-        if start is not None:  # a sandboxed child ran it until it exited: its execution ends here
-            ran = int(self.env.now) - start[0] - (self.frozen_total() - start[1])
-            attempt.work_done = min(attempt.work, max(0, ran) / 1000)
-            attempt.stopped_at = self.env.now / 1000
+        ran = self.ran_ms(token)
+        if ran is not None:  # a sandboxed child ran it until it exited: its execution ends here
+            self.sim.ledger.stopped(attempt, int(self.env.now), ran)
         reply = yield from self.request("finish", lambda now, a=attempt: server.fail(a, now, reason))
         if reply is None:
             return False

@@ -38,10 +38,10 @@ from typing import Any
 
 import redis
 
-from emqsim.engine import _mark_duplicates, _outcome
 from emqsim.errors import ConfigError
 from emqsim.faults import Block, ChildCrash, Crash, Freeze, Outage, as_distribution
 from emqsim.keys import QueueKeys
+from emqsim.ledger import finalise
 from emqsim.live.lua import key_names
 from emqsim.live.scripts import LuaQueue
 from emqsim.live.server import (
@@ -963,9 +963,7 @@ class LiveRun:
                     a.stopped_at = s(death)
                 stop = death if death is not None and a.stopped_at is not None else end
                 a.work_done = min(a.work, self._worked(proc, self.t0 + a.started_at * self.scale, stop))
-        for a in attempts:
-            a.outcome = _outcome(a)
-        _mark_duplicates(attempts)
+        finalise(attempts)
         if self.record_locks:
             for ev in takes:
                 if self.live.set_lock:
