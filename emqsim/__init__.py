@@ -12,7 +12,8 @@ from emqsim.faults import Block, ChildCrash, Crash, Freeze, Network, Outage, Ran
 from emqsim.policies import LeasePolicy, LeaseWarning, ReclaimPolicy, RenewalRule, TimeoutPolicy
 from emqsim.records import RESULTS_SCHEMA, Attempt, LockEvent, Run, SweepEvent, WorkerEvent
 from emqsim.scenario import STANDARD, Scenario, standard
-from emqsim.stats import RunSummary, simulate_summary, summarize
+from emqsim.stats import RunSummary, summarize
+from emqsim.summaries import simulate_summary
 
 __version__ = "0.3.0"
 

@@ -12,7 +12,6 @@ its lock; one millisecond later it does not.
 from __future__ import annotations
 
 import copy
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -44,7 +43,7 @@ class Simulation:
     `job_sink(attempts, arrival, end)` as soon as nothing can change them any more (the job completed or
     failed, and every attempt of it finished at Redis or lost its worker), so memory follows the jobs in
     flight, not the jobs run. `end` is None for a job closed during the run; jobs still open when the run
-    stops are handed over then, with the run's end. `emqsim.stats.simulate_summary` is the usual sink.
+    stops are handed over then, with the run's end. `emqsim.summaries.simulate_summary` is the usual sink.
     """
 
     def __init__(
@@ -71,6 +70,11 @@ class Simulation:
         self.policy = copy.deepcopy(policy)  # per-run state of a custom policy never leaks between runs
         self.seed = seed
         self.replication = replication
+        self.failovers = sorted(
+            (to_ms(f.at), to_ms(f.lost_writes))
+            for f in scenario.faults
+            if isinstance(f, Outage) and f.lost_writes
+        )
         self.env = simpy.Environment()
         self.ledger = Ledger(record_locks=record_locks and job_sink is None, streaming=job_sink is not None)
         self.server = Server(
@@ -79,8 +83,11 @@ class Simulation:
             QueueKeys(scenario.queue),
             self._rng("store"),
             self.ledger,
+            self,
             remove_on_complete=scenario.remove_on_complete,
             tie_break=tie_break,
+            failover_lag_ms=max((lag for _, lag in self.failovers), default=None),
+            hz=scenario.hz,
         )
         self.timer_phases = timer_phases or {}
         self.fault_last = tie_break is not None and tie_break.fault_last
@@ -88,13 +95,6 @@ class Simulation:
         self.keep_records = job_sink is None
         self._settled_open: set[str] = set()  # streaming: settled jobs with an attempt that may still change
         self._arrival_of: dict[str, float] = {}  # streaming: arrival times of jobs not yet closed
-        self.server.worker_state = self.worker_state  # type: ignore[method-assign]
-        self._expire_planned: int | None = None
-        self._expire_wakeup = self.env.event()
-        self.server.store.on_ttl = self._ttl_set
-        self.server.on_settle = self._job_settled
-        if job_sink is not None:
-            self.server.on_finish_applied = self._finish_applied
         self.workers: dict[int, Worker] = {}
         self._sweeper_phase: tuple[int, int] | None = None  # see _sweep_phases
         self.worker_events: list[WorkerEvent] = []
@@ -111,19 +111,15 @@ class Simulation:
         self.outages = sorted(
             (to_ms(f.at), to_ms(f.duration), f.worker) for f in scenario.faults if isinstance(f, Outage)
         )
-        self.failovers = sorted(
-            (to_ms(f.at), to_ms(f.lost_writes))
-            for f in scenario.faults
-            if isinstance(f, Outage) and f.lost_writes
-        )
-        if self.failovers:
-            self.server.lock_log = deque()
-            self.server.lock_log_keep_ms = max(lag for _, lag in self.failovers)
 
     def _rng(self, name: str, *index: int) -> np.random.Generator:
         return stream(self.seed, self.replication, name, *index)
 
-    # -- bookkeeping the workers call ----------------------------------------------------------------------
+    # -- what the server and the workers ask of the run (ServerHost, WorkerHost) ----------------------------------------------------------------------
+    def worker_event(self, wid: int, kind: str, detail: str = "") -> None:
+        if self.keep_records:
+            self.worker_events.append(WorkerEvent(self.env.now / 1000, wid, kind, detail))
+
     def worker_state(self, wid: int) -> str:
         return self.workers[wid].state_at(int(self.env.now))
 
@@ -152,13 +148,13 @@ class Simulation:
                     self._try_close(attempt.job)
 
     # -- streaming: hand over each job once it is final -----------------------------------------------------
-    def _job_settled(self, job_id: str) -> None:
+    def job_settled(self, job_id: str) -> None:
         if self.job_sink is not None:
             self._settled_open.add(job_id)
             self._try_close(job_id)
         self._check_done()
 
-    def _finish_applied(self, job_id: str) -> None:
+    def finish_applied(self, job_id: str) -> None:
         if job_id in self._settled_open:
             self._try_close(job_id)
 
@@ -282,15 +278,15 @@ class Simulation:
             yield self.env.timeout(begin - int(self.env.now))
             if worker.state == DEAD:
                 return
-            worker._event("disconnect", f"network back in {(up - begin) / 1000:g} s")
+            self.worker_event(worker.wid, "disconnect", f"network back in {(up - begin) / 1000:g} s")
             yield self.env.timeout(up - begin)
             if worker.state == DEAD:
                 return
-            worker._event("network_up", f"reconnect in {(back - up) / 1000:g} s")
+            self.worker_event(worker.wid, "network_up", f"reconnect in {(back - up) / 1000:g} s")
             yield self.env.timeout(back - up)
             if worker.state == DEAD:
                 return
-            worker._event("reconnect", "resending queued commands")
+            self.worker_event(worker.wid, "reconnect", "resending queued commands")
 
     def _failover(self, at_ms: int, lag_ms: int):
         """At `at_ms` Redis fails over to a replica that lacks the last `lag_ms` of lock writes."""
@@ -314,41 +310,10 @@ class Simulation:
                 self._arrival_of[str(index)] = self.env.now / 1000
             self.server.add_job(str(index), int(work) / 1000)
 
-    def _expire_cycle(self):
-        """Redis's active expire cycle, `hz` times a second on the tick grid. Ticks that provably find no
-        logically expired key (none has `now > expire_at`) are skipped: they would evict nothing."""
-        period = max(1, 1000 // self.scenario.hz)
-        store = self.server.store
-        env = self.env
-        while True:
-            now = int(env.now)
-            next_tick = (now // period + 1) * period
-            earliest = store.next_expiry()
-            if earliest is None:
-                self._expire_planned = None
-            else:
-                first_useful = (earliest // period + 1) * period  # the first tick with now > earliest
-                next_tick = max(next_tick, first_useful)
-                self._expire_planned = next_tick
-            self._expire_wakeup = env.event()
-            if earliest is None:
-                yield self._expire_wakeup
-                continue
-            timer = env.timeout(next_tick - now)
-            yield timer | self._expire_wakeup
-            if timer.processed:
-                self.server.active_expire()
-
-    def _ttl_set(self, when: int) -> None:
-        """A key got an expiry: wake the expire cycle if that key expires before its planned tick."""
-        planned = self._expire_planned
-        if (planned is None or when < planned) and not self._expire_wakeup.triggered:
-            self._expire_wakeup.succeed()
-
     def _start_worker(self, wid: int, restarted: bool = False) -> Worker:
         worker = Worker(self, wid, self._rng("network", wid), self._rng("network", wid, 1))
         self.workers[wid] = worker
-        worker._event("restart" if restarted else "start")
+        self.worker_event(wid, "restart" if restarted else "start")
         if self.child_crashes:
             worker.slot_procs = {}
         faults = self.scenario.random_faults
@@ -443,7 +408,7 @@ class Simulation:
         for at_ms, lag_ms in self.failovers:
             self.env.process(self._failover(at_ms, lag_ms))
         self.env.process(self._arrivals(works_ms))
-        self.env.process(self._expire_cycle())
+        self.env.process(self.server.expire_cycle())
         horizon = self.env.timeout(to_ms(scenario.horizon))
         self.env.run(until=self.env.any_of([self.done, horizon]))
         return self._finish_run(ended_by="done" if self.done.triggered else "horizon")

@@ -6,28 +6,49 @@ read until the loop frees), dead (never acts again; its connection is closed). R
 when a worker freezes or dies still reach Redis: the network does not know the sender stopped.
 
 A client's connection can be down (`Outage`): its requests wait and are resent when it reconnects (ioredis's
-offline queue), so a round trip that meets an outage ends after the reconnect (`Client._route`).
+offline queue), so a round trip that meets an outage ends after the reconnect (`Client.route`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import simpy
 
 from emqsim.distributions import Fixed
-from emqsim.records import Attempt, WorkerEvent
-from emqsim.server import LOST
+from emqsim.ledger import Ledger
+from emqsim.policies import ReclaimPolicy
+from emqsim.records import Attempt
+from emqsim.scenario import Scenario
+from emqsim.server import LOST, Server
 from emqsim.units import to_ms
-
-if TYPE_CHECKING:
-    from emqsim.engine import Simulation
 
 ALIVE, FROZEN, BLOCKED, DEAD = "alive", "frozen", "blocked", "dead"
 RTT_BLOCK = 256  # round trips drawn at once (a fixed block size keeps the draws reproducible)
 Proc = Generator[simpy.Event, Any, Any]
+
+
+class WorkerHost(Protocol):
+    """What a worker needs from the run around it: the clock, the server, the policy, the ledger, and whom to
+    tell when its attempts start and stop, when it crashes, and what happened to it."""
+
+    env: simpy.Environment
+    scenario: Scenario
+    policy: ReclaimPolicy
+    server: Server
+    ledger: Ledger
+
+    def attempts_started(self, n: int) -> None: ...
+
+    def attempts_stopped(self, n: int) -> None: ...
+
+    def worker_crashed(self, worker: Worker, stopped: list[Attempt]) -> None: ...
+
+    def job_started(self, worker: Worker, attempt: Attempt) -> None: ...
+
+    def worker_event(self, wid: int, kind: str, detail: str = "") -> None: ...
 
 
 class Client:
@@ -37,7 +58,7 @@ class Client:
     state: str = ALIVE
     resume_event: simpy.Event | None = None
 
-    def __init__(self, sim: Simulation, net_rng: np.random.Generator, loss_rng: np.random.Generator) -> None:
+    def __init__(self, sim: WorkerHost, net_rng: np.random.Generator, loss_rng: np.random.Generator) -> None:
         self.sim = sim
         self.env = sim.env
         self.net_rng = net_rng
@@ -54,10 +75,7 @@ class Client:
 
     @property
     def connected(self) -> bool:
-        return self.state != DEAD
-
-    @property
-    def alive_or_frozen(self) -> bool:
+        """Not dead: a crashed client's connection is closed (a frozen or blocked one's stays open)."""
         return self.state != DEAD
 
     def _rtt_ms(self) -> int:
@@ -87,7 +105,7 @@ class Client:
         """Whether the client's connection is down at `now` (between a disconnect and the reconnect)."""
         return any(start <= now < back for start, _, back in self.outages)
 
-    def _route(self, rtt_ms: int) -> tuple[int, int]:
+    def route(self, rtt_ms: int) -> tuple[int, int]:
         """(ms until the request reaches Redis, ms from then until the reply is read), sent now, given the
         outages: a request sent while disconnected waits in the offline queue until the reconnect; one the
         connection drops on the way is resent at the reconnect; a reply the connection drops on the way is
@@ -110,7 +128,7 @@ class Client:
         return arrive - now, read - arrive
 
     def reply_delay(self, now: int, back_ms: int) -> int:
-        """ms until a reply Redis sends at `now` is read (a parked take's reply; see `_route`)."""
+        """ms until a reply Redis sends at `now` is read (a parked take's reply; see `route`)."""
         read = now + back_ms
         for start, _, back in self.outages:
             if now < start <= read or start <= now < back:
@@ -122,10 +140,10 @@ class Client:
         while True:
             lost = self._lost(kind)
             if self.outages and not lost:
-                out_ms, back_ms = self._route(self._rtt_ms())
+                out_ms, back_ms = self.route(self._rtt_ms())
                 reply = self.sim.server.send_split(kind, op, out_ms, back_ms)
             else:
-                reply = self.sim.server.send(self, kind, op, self._rtt_ms(), lost)
+                reply = self.sim.server.send(kind, op, self._rtt_ms(), lost)
             if lost:
                 yield self.env.timeout(self._timeout_ms)
             else:
@@ -153,7 +171,7 @@ class Client:
             if self.state is not ALIVE and not (yield from self.settle()):
                 return
             if reliable and self.outages:
-                out_ms, back_ms = self._route(self._rtt_ms())
+                out_ms, back_ms = self.route(self._rtt_ms())
                 if server.sweep_refused(int(self.env.now) + out_ms):
                     yield self.env.timeout(out_ms + back_ms)
                 else:
@@ -165,7 +183,7 @@ class Client:
                 if server.sweep_refused(int(self.env.now) + rtt_ms // 2):
                     yield self.env.timeout(rtt_ms)
                 else:
-                    yield server.send(self, "sweep", sweep, rtt_ms, False)
+                    yield server.send("sweep", sweep, rtt_ms, False)
                 if self.state is not ALIVE and not (yield from self.settle()):
                     return
             else:
@@ -206,7 +224,7 @@ class Worker(Client):
     """One worker process with `concurrency` slots."""
 
     def __init__(
-        self, sim: Simulation, wid: int, net_rng: np.random.Generator, loss_rng: np.random.Generator
+        self, sim: WorkerHost, wid: int, net_rng: np.random.Generator, loss_rng: np.random.Generator
     ) -> None:
         super().__init__(sim, net_rng, loss_rng)
         self.wid = wid
@@ -224,8 +242,7 @@ class Worker(Client):
 
     # -- state changes -----------------------------------------------------------------------------------
     def _event(self, kind: str, detail: str = "") -> None:
-        if self.sim.keep_records:
-            self.sim.worker_events.append(WorkerEvent(self.env.now / 1000, self.wid, kind, detail))
+        self.sim.worker_event(self.wid, kind, detail)
 
     def state_at(self, now: int) -> str:
         """The state a record reports: alive, frozen, blocked or dead, or disconnected (alive, connection down)."""
