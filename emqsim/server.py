@@ -22,7 +22,7 @@ from simpy.events import NORMAL
 
 from emqsim.keys import QueueKeys
 from emqsim.ledger import Ledger
-from emqsim.policies import ReclaimPolicy
+from emqsim.policies import ReclaimPolicy, SweepShortcut
 from emqsim.protocol import FinishReply, Queue, SweepReply
 from emqsim.records import Attempt
 from emqsim.store import KeyStore
@@ -112,6 +112,8 @@ class Server:
         it can undo them); `hz`: Redis's active expire cycles per second."""
         self.env = env
         self.host = host
+        shortcut: SweepShortcut | None = policy if hasattr(policy, "sweep_refused") else None
+        self._sweep_refused = None if shortcut is None else shortcut.sweep_refused
         self.policy = policy
         self.keys = keys
         # The store reads the clock once per command: `env._now` (what `env.now` returns) through C calls
@@ -404,10 +406,11 @@ class Server:
         return reply
 
     def sweep_refused(self, arrival_ms: int) -> bool:
-        """A sweep sent now that is certain to be refused at `arrival_ms` (see `ReclaimPolicy.sweep_refused`)
-        is counted here, one request and its one `EXISTS`, and sends nothing: the sender just waits out the
-        round trip. Skipped sweeps leave no record either way."""
-        if not self.policy.sweep_refused(self.queue, arrival_ms):
+        """A sweep sent now that is certain to be refused at `arrival_ms` (see `policies.SweepShortcut`, which
+        a policy may implement) is counted here, one request and its one `EXISTS`, and sends nothing: the
+        sender just waits out the round trip. Skipped sweeps leave no record either way."""
+        refused = self._sweep_refused
+        if refused is None or not refused(self.queue, arrival_ms):
             return False
         self.requests["sweep"] = self.requests.get("sweep", 0) + 1
         self.store.count_command("EXISTS")
