@@ -191,9 +191,7 @@ class Simulation:
         if self.fault_last:
             yield self.env.timeout(0)  # after the events already due in this millisecond
         if isinstance(fault, Crash):
-            if fault.restart_after is not None:
-                worker.restart_after_ms = to_ms(fault.restart_after)
-            worker.crash()
+            worker.crash(_restart_ms(fault.restart_after))
         elif isinstance(fault, ChildCrash):
             worker.child_crash(token)
         else:
@@ -215,9 +213,7 @@ class Simulation:
         yield self.env.timeout(max(1, to_ms(rng.exponential(HOUR_MS / 1000 / faults.crash_rate))))
         if worker.state == DEAD:
             return
-        if faults.restart_after is not None:
-            worker.restart_after_ms = to_ms(faults.restart_after)
-        worker.crash()
+        worker.crash(_restart_ms(faults.restart_after))
 
     def _random_freezes(self, worker: Worker, rng: np.random.Generator):
         faults = self.scenario.random_faults
@@ -376,9 +372,7 @@ class Simulation:
             yield self.env.timeout(0)  # after the events already due in this millisecond
         worker = self.workers[fault.worker]
         if isinstance(fault, Crash):
-            if fault.restart_after is not None:
-                worker.restart_after_ms = to_ms(fault.restart_after)
-            worker.crash()
+            worker.crash(_restart_ms(fault.restart_after))
         else:
             rng = self._rng("faults", fault.worker, 2)
             duration = to_ms(float(as_distribution(fault.duration, "duration").sample(rng, 1)[0]))
@@ -456,6 +450,10 @@ class Simulation:
             resident_keys_peak=server.resident_peak,
             final_state=final_state,
         )
+
+
+def _restart_ms(restart_after: float | None) -> int | None:
+    return None if restart_after is None else to_ms(restart_after)
 
 
 def simulate(

@@ -14,12 +14,11 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Protocol
 
 import simpy
-from simpy.events import NORMAL
 
+from emqsim._simpy_fast import clock, replier
 from emqsim.keys import QueueKeys
 from emqsim.ledger import Ledger
 from emqsim.policies import ReclaimPolicy, SweepShortcut
@@ -116,9 +115,8 @@ class Server:
         self._sweep_refused = None if shortcut is None else shortcut.sweep_refused
         self.policy = policy
         self.keys = keys
-        # The store reads the clock once per command: `env._now` (what `env.now` returns) through C calls
-        # only, no Python frame; the simulation's time is integer ms throughout.
-        self.store = KeyStore(partial(getattr, env, "_now"), rng=store_rng, on_evict=self._on_evict)
+        # The store reads the clock once per command; the simulation's time is integer ms throughout.
+        self.store = KeyStore(clock(env), rng=store_rng, on_evict=self._on_evict)
         self.store.on_ttl = self._ttl_set
         self.queue = Queue(self.store, keys, remove_on_complete=remove_on_complete)
         self.ledger = ledger  # the one writer of attempts, lock events and sweeps
@@ -142,6 +140,8 @@ class Server:
         self._expire_wakeup = env.event()
         # A non-default tie-break queues each millisecond's arrivals and runs them at the millisecond's end.
         self.tie_break = tie_break if tie_break is not None and tie_break.reorders_redis else None
+        # _reply(event, result, back_ms): the reply reaches the client `back_ms` from now.
+        self._reply = replier(env)
         self._tied: list[Callable[[], None]] = []
 
     # -- transport ---------------------------------------------------------------------------------------
@@ -199,13 +199,6 @@ class Server:
             key = self.keys.lock(job_id)
             if self.store.expire_at(key) == now:
                 self.store.delete(key)
-
-    def _reply(self, reply: simpy.Event, result: Any, back_ms: int) -> None:
-        """The reply reaches the client `back_ms` from now: one scheduled event (what `Timeout` does), not a
-        back-leg timeout whose callback then triggers the reply."""
-        reply._ok = True
-        reply._value = result
-        self.env.schedule(reply, NORMAL, back_ms)
 
     def send_take(self, worker: Connection, token: str, rtt_ms: int, lost: bool) -> simpy.Event:
         """BLMOVE-style take: served now if `wait` has a job, else parked until one arrives."""

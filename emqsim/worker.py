@@ -92,9 +92,9 @@ class Client:
             return False
         return bool(self.loss_rng.random() < self._loss)
 
-    def settle(self) -> Proc:
-        """Wait out a freeze or a blocked loop; True if the client may go on, False if it died. (Callers skip
-        it while the state is ALIVE: the hot loops then create no generator.)"""
+    def carry_on(self) -> Proc:
+        """Wait out a freeze or a blocked event loop, if any: True if the client may go on, False if it
+        died. Every process of a client calls it after each wait (`if not (yield from self.carry_on())`)."""
         while self.state == FROZEN or self.state == BLOCKED:
             assert self.resume_event is not None  # set by freeze() and block()
             yield self.resume_event
@@ -148,7 +148,7 @@ class Client:
                 yield self.env.timeout(self._timeout_ms)
             else:
                 result = yield reply
-            if self.state is not ALIVE and not (yield from self.settle()):
+            if not (yield from self.carry_on()):
                 return None
             if not lost:
                 return result
@@ -168,7 +168,7 @@ class Client:
         reliable = self._loss <= 0 or not self._loss_all
         yield self.env.timeout(first_ms)
         while True:
-            if self.state is not ALIVE and not (yield from self.settle()):
+            if not (yield from self.carry_on()):
                 return
             if reliable and self.outages:
                 out_ms, back_ms = self.route(self._rtt_ms())
@@ -176,7 +176,7 @@ class Client:
                     yield self.env.timeout(out_ms + back_ms)
                 else:
                     yield server.send_split("sweep", sweep, out_ms, back_ms)
-                if self.state is not ALIVE and not (yield from self.settle()):
+                if not (yield from self.carry_on()):
                     return
             elif reliable:
                 rtt_ms = self._rtt_ms()
@@ -184,7 +184,7 @@ class Client:
                     yield self.env.timeout(rtt_ms)
                 else:
                     yield server.send("sweep", sweep, rtt_ms, False)
-                if self.state is not ALIVE and not (yield from self.settle()):
+                if not (yield from self.carry_on()):
                     return
             else:
                 yield from self.request("sweep", sweep)
@@ -209,7 +209,7 @@ class Reaper(Client):
         return "reaper"
 
 
-class Held:
+class Tracked:
     """A job the lock manager tracks (keyed by its token): the job and its last renewal time (`ts`)."""
 
     __slots__ = ("job", "ts", "attempt")
@@ -234,7 +234,7 @@ class Worker(Client):
         self.frozen_since: int | None = None
         # All keyed by token (one per take): the same job can be held twice by one worker, once stale.
         self.running: dict[str, Attempt] = {}  # taken at Redis, not yet finished from the worker's view
-        self.held: dict[str, Held] = {}  # tracked by the lock manager
+        self.tracked: dict[str, Tracked] = {}  # the jobs the lock manager renews
         self.started_ms: dict[str, tuple[int, int]] = {}  # token -> (start time, frozen_total at start)
         self.takes = 0
         self.restart_after_ms: int | None = None
@@ -288,9 +288,12 @@ class Worker(Client):
         self._event("resume")
         self.resume_event.succeed()
 
-    def crash(self) -> None:
+    def crash(self, restart_after_ms: int | None = None) -> None:
+        """The process dies (its connection closes); with `restart_after_ms` a new worker starts then."""
         if self.state == DEAD:
             return
+        if restart_after_ms is not None:
+            self.restart_after_ms = restart_after_ms
         self.state = DEAD
         now = int(self.env.now)
         self._event("crash")
@@ -300,7 +303,7 @@ class Worker(Client):
         stopped = list(self.running.values())
         self.sim.attempts_stopped(len(stopped))
         self.running.clear()
-        self.held.clear()
+        self.tracked.clear()
         self.started_ms.clear()
         if self.resume_event is not None and not self.resume_event.triggered:
             self.resume_event.succeed()
@@ -333,7 +336,7 @@ class Worker(Client):
         after_wakeup = policy.take_after_wakeup
         by_job = policy.renewal is not None and policy.renewal.track_by == "job"
         while True:
-            if self.state is not ALIVE and not (yield from self.settle()):
+            if not (yield from self.carry_on()):
                 return
             if after_wakeup:
                 token = yield from self._take_after_wakeup()
@@ -349,7 +352,7 @@ class Worker(Client):
                     yield self.env.timeout(self._timeout_ms)
                     continue
                 job_id = yield reply
-                if self.state is not ALIVE and not (yield from self.settle()):
+                if not (yield from self.carry_on()):
                     return
             attempt = self.running[token]
             now = int(self.env.now)
@@ -362,9 +365,9 @@ class Worker(Client):
                 continue
             ledger.started(attempt, now)
             if by_job:  # BullMQ's LockManager map is keyed by job id: a re-take replaces the stale entry
-                for other in [t for t, h in self.held.items() if h.job == job_id]:
-                    del self.held[other]
-            self.held[token] = Held(job_id, now, attempt)
+                for other in [t for t, h in self.tracked.items() if h.job == job_id]:
+                    del self.tracked[other]
+            self.tracked[token] = Tracked(job_id, now, attempt)
             self.started_ms[token] = (now, self.frozen_total())
             if policy.renewal is not None and policy.renewal.per_job:
                 self.env.process(self.job_renewer(token))
@@ -378,13 +381,13 @@ class Worker(Client):
                 while remaining > 0:
                     t0, f0 = int(self.env.now), self.frozen_total()
                     yield self.env.timeout(remaining)
-                    if self.state is not ALIVE and not (yield from self.settle()):
+                    if not (yield from self.carry_on()):
                         return
                     remaining -= (int(self.env.now) - t0) - (self.frozen_total() - f0)
             except simpy.Interrupt:  # a sandboxed processor's child exited: fail the job at once
                 assert self.slot_procs is not None  # only sandboxed slots are interrupted
                 self.slot_procs.pop(token, None)
-                if self.state is not ALIVE and not (yield from self.settle()):
+                if not (yield from self.carry_on()):
                     return
                 if not (yield from self._fail(attempt, token, "Unexpected exit code")):
                     return
@@ -403,10 +406,10 @@ class Worker(Client):
     def _untrack(self, token: str, job_id: str, by_job: bool) -> None:
         """Stop renewing a finished job: its own entry, or (BullMQ's `untrackJob(job.id)`) every entry of its
         job id, a fresh copy's too."""
-        self.held.pop(token, None)
+        self.tracked.pop(token, None)
         if by_job:
-            for other in [t for t, h in self.held.items() if h.job == job_id]:
-                del self.held[other]
+            for other in [t for t, h in self.tracked.items() if h.job == job_id]:
+                del self.tracked[other]
 
     def _fail(self, attempt: Attempt, token: str, reason: str) -> Proc:
         """moveToFinished(failed) for a job this worker holds; False if the worker died meanwhile."""
@@ -437,7 +440,7 @@ class Worker(Client):
                 yield self.env.timeout(self._timeout_ms)
             else:
                 yield server.send_marker_wait(self, rtt_ms)
-            if self.state is not ALIVE and not (yield from self.settle()):
+            if not (yield from self.carry_on()):
                 return None
             self.takes += 1
             token = f"{self.wid}:{self.takes}"
@@ -455,13 +458,13 @@ class Worker(Client):
         yield self.env.timeout(first_ms)
         next_tick = int(self.env.now)
         while True:
-            if self.state is not ALIVE and not (yield from self.settle()):
+            if not (yield from self.carry_on()):
                 return
             now = int(self.env.now)
-            due = [(h.job, token) for token, h in self.held.items() if rule.due(now, h.ts)]
+            due = [(h.job, token) for token, h in self.tracked.items() if rule.due(now, h.ts)]
             if due:
                 for _, token in due:
-                    self.held[token].ts = now
+                    self.tracked[token].ts = now
                 failed = yield from self.request("renew", lambda t, d=due: server.renew(d, t), retry=False)
                 if failed is None:
                     return
@@ -469,7 +472,7 @@ class Worker(Client):
                     server.renewal_lost(due, now)
                 else:
                     for token in failed:
-                        self.held.pop(token, None)  # lockRenewalFailed: stop renewing a lost lock
+                        self.tracked.pop(token, None)  # lockRenewalFailed: stop renewing a lost lock
             if rule.after_reply:
                 yield self.env.timeout(rule.tick_ms)
             else:
@@ -488,21 +491,21 @@ class Worker(Client):
         server = self.sim.server
         while True:
             yield self.env.timeout(rule.tick_ms)
-            if self.state is not ALIVE and not (yield from self.settle()):
+            if not (yield from self.carry_on()):
                 return
-            held = self.held.get(token)
-            if held is None:
+            tracked = self.tracked.get(token)
+            if tracked is None:
                 return
             now = int(self.env.now)
-            if not rule.due(now, held.ts):
+            if not rule.due(now, tracked.ts):
                 continue
-            held.ts = now
-            item = [(held.job, token)]
+            tracked.ts = now
+            item = [(tracked.job, token)]
             failed = yield from self.request("renew", lambda t, d=item: server.renew(d, t), retry=False)
             if failed is None:
                 return
             if failed is LOST:
                 server.renewal_lost(item, now)
             elif failed:
-                self.held.pop(token, None)
+                self.tracked.pop(token, None)
                 return

@@ -19,6 +19,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     (
         "foundation",
         [
+            "emqsim._simpy_fast",
             "emqsim.errors",
             "emqsim.units",
             "emqsim.keys",
