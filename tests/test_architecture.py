@@ -42,6 +42,8 @@ LAYERS: list[tuple[str, list[str]]] = [
         [
             "emqsim.engine",
             "emqsim.live.runner",
+            "emqsim.live.records",
+            "emqsim.live.settings",
             "emqsim.live.scripts",
             "emqsim.live.server",
             "emqsim.live.worker",
