@@ -234,3 +234,26 @@ def test_the_checker_sees_imports_under_type_checking_and_inside_functions(tmp_p
     found = imports("emqsim.probe", path, modules(), {})
     assert {"emqsim.engine", "emqsim.stats", "emqsim.keys"} <= found
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset("abc")]
+
+
+def test_the_map_of_the_code_matches_the_tree():
+    """docs/model.md's map names files that exist, and the job's path names functions that exist."""
+    import importlib
+    import re
+
+    doc = (PACKAGE.parent / "docs" / "model.md").read_text()
+    section = doc[doc.index("## Map of the code") : doc.index("## Time")]
+    listed = set(re.findall(r"\b([a-z_]+\.py)\b", section)) - {"store.py", "test_architecture.py"}
+    for name in listed:  # (store.py may become a package)
+        assert any(p.name == name for p in PACKAGE.rglob(name)), f"docs/model.md names {name}: not in emqsim/"
+    classes = {}
+    for module in ("engine", "worker", "server", "protocol", "ledger", "policies", "stats"):
+        mod = importlib.import_module(f"emqsim.{module}")
+        classes.update({n: c for n, c in vars(mod).items() if isinstance(c, type)})
+    path = section[section.index("## Following one job") :]
+    named = re.findall(r"`([A-Z][A-Za-z]+)\.([a-z_]+)`", path)
+    assert len(named) >= 10
+    for cls, method in named:
+        assert hasattr(classes[cls], method), f"docs/model.md names {cls}.{method}: it does not exist"
+    files = re.findall(r"^\d\. \*\*([a-z_]+\.py)\*\*", path, re.M)
+    assert len(files) <= 5 and len(set(files)) == len(files)
