@@ -43,6 +43,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "emqsim.engine",
             "emqsim.live.runner",
             "emqsim.live.records",
+            "emqsim.live.faults",
             "emqsim.live.settings",
             "emqsim.live.scripts",
             "emqsim.live.server",
