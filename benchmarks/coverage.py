@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 from emqsim import Crash, Fixed, Freeze, LeasePolicy, Scenario, TimeoutPolicy
 from emqsim.analytic import freeze_lapse_probability, lease_detection, timeout_detection
-from emqsim.stats import aggregate, paired_difference, simulate_summary, wilson_ci
+from emqsim.stats import aggregate, paired_difference, wilson_ci
+from emqsim.summaries import simulate_summary
 
 LEASE, BEAT, SCAN, TIMEOUT = 0.3, 0.1, 0.05, 0.6
 LEASE_POLICY = LeasePolicy(LEASE, BEAT, SCAN, swept_by="reaper", max_stalled=0)

@@ -9,10 +9,11 @@ from emqsim.distributions import Empirical, Exponential, Fixed, LogNormal, Unifo
 from emqsim.engine import Simulation, simulate
 from emqsim.errors import ConfigError
 from emqsim.faults import Block, ChildCrash, Crash, Freeze, Network, Outage, RandomFaults
-from emqsim.policies import LeasePolicy, LeaseWarning, ReclaimPolicy, RenewalRule, TimeoutPolicy
+from emqsim.policies import Detector, LeasePolicy, LeaseWarning, ReclaimPolicy, RenewalRule, TimeoutPolicy
 from emqsim.records import RESULTS_SCHEMA, Attempt, LockEvent, Run, SweepEvent, WorkerEvent
 from emqsim.scenario import STANDARD, Scenario, standard
-from emqsim.stats import RunSummary, simulate_summary, summarize
+from emqsim.stats import RunSummary, summarize
+from emqsim.summaries import simulate_summary
 
 __version__ = "0.3.0"
 
@@ -22,6 +23,7 @@ __all__ = [
     "Attempt",
     "ConfigError",
     "Crash",
+    "Detector",
     "Empirical",
     "Exponential",
     "Fixed",

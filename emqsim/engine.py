@@ -12,7 +12,6 @@ its lock; one millisecond later it does not.
 from __future__ import annotations
 
 import copy
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -21,20 +20,9 @@ import simpy
 
 from emqsim.faults import Block, ChildCrash, Crash, Freeze, Outage, as_distribution, reconnect_after_ms
 from emqsim.keys import QueueKeys
+from emqsim.ledger import Ledger, finalise
 from emqsim.policies import ReclaimPolicy
-from emqsim.records import (
-    COMPLETED,
-    DUPLICATE_COMPLETION,
-    FAILED,
-    FINISH_REJECTED,
-    HELD,
-    RECLAIMED,
-    RUNNING,
-    Attempt,
-    Run,
-    WorkerEvent,
-    with_expiries,
-)
+from emqsim.records import Attempt, Run, WorkerEvent, with_expiries
 from emqsim.scenario import Scenario
 from emqsim.seeds import stream
 from emqsim.server import Server, TieBreak
@@ -55,7 +43,7 @@ class Simulation:
     `job_sink(attempts, arrival, end)` as soon as nothing can change them any more (the job completed or
     failed, and every attempt of it finished at Redis or lost its worker), so memory follows the jobs in
     flight, not the jobs run. `end` is None for a job closed during the run; jobs still open when the run
-    stops are handed over then, with the run's end. `emqsim.stats.simulate_summary` is the usual sink.
+    stops are handed over then, with the run's end. `emqsim.summaries.simulate_summary` is the usual sink.
     """
 
     def __init__(
@@ -82,16 +70,24 @@ class Simulation:
         self.policy = copy.deepcopy(policy)  # per-run state of a custom policy never leaks between runs
         self.seed = seed
         self.replication = replication
+        self.failovers = sorted(
+            (to_ms(f.at), to_ms(f.lost_writes))
+            for f in scenario.faults
+            if isinstance(f, Outage) and f.lost_writes
+        )
         self.env = simpy.Environment()
+        self.ledger = Ledger(record_locks=record_locks and job_sink is None, streaming=job_sink is not None)
         self.server = Server(
             self.env,
             self.policy,
             QueueKeys(scenario.queue),
             self._rng("store"),
-            record_locks=record_locks and job_sink is None,
+            self.ledger,
+            self,
             remove_on_complete=scenario.remove_on_complete,
-            streaming=job_sink is not None,
             tie_break=tie_break,
+            failover_lag_ms=max((lag for _, lag in self.failovers), default=None),
+            hz=scenario.hz,
         )
         self.timer_phases = timer_phases or {}
         self.fault_last = tie_break is not None and tie_break.fault_last
@@ -99,13 +95,6 @@ class Simulation:
         self.keep_records = job_sink is None
         self._settled_open: set[str] = set()  # streaming: settled jobs with an attempt that may still change
         self._arrival_of: dict[str, float] = {}  # streaming: arrival times of jobs not yet closed
-        self.server.worker_state = self.worker_state  # type: ignore[method-assign]
-        self._expire_planned: int | None = None
-        self._expire_wakeup = self.env.event()
-        self.server.store.on_ttl = self._ttl_set
-        self.server.on_settle = self._job_settled
-        if job_sink is not None:
-            self.server.on_finish_applied = self._finish_applied
         self.workers: dict[int, Worker] = {}
         self._sweeper_phase: tuple[int, int] | None = None  # see _sweep_phases
         self.worker_events: list[WorkerEvent] = []
@@ -122,19 +111,15 @@ class Simulation:
         self.outages = sorted(
             (to_ms(f.at), to_ms(f.duration), f.worker) for f in scenario.faults if isinstance(f, Outage)
         )
-        self.failovers = sorted(
-            (to_ms(f.at), to_ms(f.lost_writes))
-            for f in scenario.faults
-            if isinstance(f, Outage) and f.lost_writes
-        )
-        if self.failovers:
-            self.server.lock_log = deque()
-            self.server.lock_log_keep_ms = max(lag for _, lag in self.failovers)
 
     def _rng(self, name: str, *index: int) -> np.random.Generator:
         return stream(self.seed, self.replication, name, *index)
 
-    # -- bookkeeping the workers call ----------------------------------------------------------------------
+    # -- what the server and the workers ask of the run (ServerHost, WorkerHost) ----------------------------------------------------------------------
+    def worker_event(self, wid: int, kind: str, detail: str = "") -> None:
+        if self.keep_records:
+            self.worker_events.append(WorkerEvent(self.env.now / 1000, wid, kind, detail))
+
     def worker_state(self, wid: int) -> str:
         return self.workers[wid].state_at(int(self.env.now))
 
@@ -163,13 +148,13 @@ class Simulation:
                     self._try_close(attempt.job)
 
     # -- streaming: hand over each job once it is final -----------------------------------------------------
-    def _job_settled(self, job_id: str) -> None:
+    def job_settled(self, job_id: str) -> None:
         if self.job_sink is not None:
             self._settled_open.add(job_id)
             self._try_close(job_id)
         self._check_done()
 
-    def _finish_applied(self, job_id: str) -> None:
+    def finish_applied(self, job_id: str) -> None:
         if job_id in self._settled_open:
             self._try_close(job_id)
 
@@ -177,7 +162,7 @@ class Simulation:
         """Hand a settled job to the sink if none of its attempts can change any more: each one's finish was
         applied at Redis, or its worker is dead with no finish on the way; and a crash that left the job
         held was detected or outlived by a completion (else its hostage time runs to the end of the run)."""
-        attempts = self.server.job_attempts[job_id]
+        attempts = self.ledger.job_attempts[job_id]
         workers = self.workers
         for a in attempts:
             if a.finish_applied_at is None and (a.finished_at is not None or workers[a.worker].state != DEAD):
@@ -186,13 +171,8 @@ class Simulation:
             a.died_at is not None and a.detection_latency is None for a in attempts
         ):
             return
-        _finalise(attempts)
+        self.ledger.close(job_id)
         self._settled_open.discard(job_id)
-        server = self.server
-        del server.job_attempts[job_id]
-        del server.work_of[job_id]
-        del server.attempt_counts[job_id]
-        server.open_attempts.pop(job_id, None)
         sink = self.job_sink
         assert sink is not None  # jobs are closed only when streaming
         sink(attempts, self._arrival_of.pop(job_id), None)
@@ -211,9 +191,7 @@ class Simulation:
         if self.fault_last:
             yield self.env.timeout(0)  # after the events already due in this millisecond
         if isinstance(fault, Crash):
-            if fault.restart_after is not None:
-                worker.restart_after_ms = to_ms(fault.restart_after)
-            worker.crash()
+            worker.crash(_restart_ms(fault.restart_after))
         elif isinstance(fault, ChildCrash):
             worker.child_crash(token)
         else:
@@ -235,9 +213,7 @@ class Simulation:
         yield self.env.timeout(max(1, to_ms(rng.exponential(HOUR_MS / 1000 / faults.crash_rate))))
         if worker.state == DEAD:
             return
-        if faults.restart_after is not None:
-            worker.restart_after_ms = to_ms(faults.restart_after)
-        worker.crash()
+        worker.crash(_restart_ms(faults.restart_after))
 
     def _random_freezes(self, worker: Worker, rng: np.random.Generator):
         faults = self.scenario.random_faults
@@ -298,15 +274,15 @@ class Simulation:
             yield self.env.timeout(begin - int(self.env.now))
             if worker.state == DEAD:
                 return
-            worker._event("disconnect", f"network back in {(up - begin) / 1000:g} s")
+            self.worker_event(worker.wid, "disconnect", f"network back in {(up - begin) / 1000:g} s")
             yield self.env.timeout(up - begin)
             if worker.state == DEAD:
                 return
-            worker._event("network_up", f"reconnect in {(back - up) / 1000:g} s")
+            self.worker_event(worker.wid, "network_up", f"reconnect in {(back - up) / 1000:g} s")
             yield self.env.timeout(back - up)
             if worker.state == DEAD:
                 return
-            worker._event("reconnect", "resending queued commands")
+            self.worker_event(worker.wid, "reconnect", "resending queued commands")
 
     def _failover(self, at_ms: int, lag_ms: int):
         """At `at_ms` Redis fails over to a replica that lacks the last `lag_ms` of lock writes."""
@@ -330,41 +306,10 @@ class Simulation:
                 self._arrival_of[str(index)] = self.env.now / 1000
             self.server.add_job(str(index), int(work) / 1000)
 
-    def _expire_cycle(self):
-        """Redis's active expire cycle, `hz` times a second on the tick grid. Ticks that provably find no
-        logically expired key (none has `now > expire_at`) are skipped: they would evict nothing."""
-        period = max(1, 1000 // self.scenario.hz)
-        store = self.server.store
-        env = self.env
-        while True:
-            now = int(env.now)
-            next_tick = (now // period + 1) * period
-            earliest = store.next_expiry()
-            if earliest is None:
-                self._expire_planned = None
-            else:
-                first_useful = (earliest // period + 1) * period  # the first tick with now > earliest
-                next_tick = max(next_tick, first_useful)
-                self._expire_planned = next_tick
-            self._expire_wakeup = env.event()
-            if earliest is None:
-                yield self._expire_wakeup
-                continue
-            timer = env.timeout(next_tick - now)
-            yield timer | self._expire_wakeup
-            if timer.processed:
-                self.server.active_expire()
-
-    def _ttl_set(self, when: int) -> None:
-        """A key got an expiry: wake the expire cycle if that key expires before its planned tick."""
-        planned = self._expire_planned
-        if (planned is None or when < planned) and not self._expire_wakeup.triggered:
-            self._expire_wakeup.succeed()
-
     def _start_worker(self, wid: int, restarted: bool = False) -> Worker:
         worker = Worker(self, wid, self._rng("network", wid), self._rng("network", wid, 1))
         self.workers[wid] = worker
-        worker._event("restart" if restarted else "start")
+        self.worker_event(wid, "restart" if restarted else "start")
         if self.child_crashes:
             worker.slot_procs = {}
         faults = self.scenario.random_faults
@@ -427,9 +372,7 @@ class Simulation:
             yield self.env.timeout(0)  # after the events already due in this millisecond
         worker = self.workers[fault.worker]
         if isinstance(fault, Crash):
-            if fault.restart_after is not None:
-                worker.restart_after_ms = to_ms(fault.restart_after)
-            worker.crash()
+            worker.crash(_restart_ms(fault.restart_after))
         else:
             rng = self._rng("faults", fault.worker, 2)
             duration = to_ms(float(as_distribution(fault.duration, "duration").sample(rng, 1)[0]))
@@ -459,7 +402,7 @@ class Simulation:
         for at_ms, lag_ms in self.failovers:
             self.env.process(self._failover(at_ms, lag_ms))
         self.env.process(self._arrivals(works_ms))
-        self.env.process(self._expire_cycle())
+        self.env.process(self.server.expire_cycle())
         horizon = self.env.timeout(to_ms(scenario.horizon))
         self.env.run(until=self.env.any_of([self.done, horizon]))
         return self._finish_run(ended_by="done" if self.done.triggered else "horizon")
@@ -467,15 +410,17 @@ class Simulation:
     def _finish_run(self, ended_by: str) -> Run:
         end_ms = int(self.env.now)
         server = self.server
+        ledger = self.ledger
         for worker in self.workers.values():
-            for attempt in worker.running.values():
-                if attempt.started_at is not None:
-                    attempt.work_done = min(attempt.work, _ran_for(worker, attempt, end_ms))
+            for token, attempt in worker.running.items():
+                ran = worker.ran_ms(token)
+                if ran is not None:
+                    ledger.ran(attempt, max(0, ran) / 1000)
         if self.job_sink is None:
-            _finalise(server.attempts)
+            finalise(ledger.attempts)
         else:
-            for job_id, attempts in server.job_attempts.items():
-                _finalise(attempts)
+            for job_id, attempts in ledger.job_attempts.items():
+                finalise(attempts)
                 self.job_sink(attempts, self._arrival_of[job_id], end_ms / 1000)
         redis_commands = server.store.commands_executed
         keys = server.keys
@@ -486,7 +431,7 @@ class Simulation:
             "completed": x("SCARD", keys.completed),
             "failed": x("SCARD", keys.failed),
         }
-        lock_events = with_expiries(server.lock_events, end_ms / 1000) if server.record_locks else []
+        lock_events = with_expiries(ledger.lock_events, end_ms / 1000) if ledger.record_locks else []
         return Run(
             scenario=self.scenario.name,
             policy=self.policy.settings(),
@@ -496,10 +441,10 @@ class Simulation:
             ended_by=ended_by,
             jobs=self.scenario.jobs,
             arrivals=self.arrival_times,
-            attempts=server.attempts,
+            attempts=ledger.attempts,
             worker_events=self.worker_events,
             lock_events=lock_events,
-            sweeps=server.sweeps,
+            sweeps=ledger.sweeps,
             requests=dict(sorted(server.requests.items())),
             redis_commands=redis_commands,
             resident_keys_peak=server.resident_peak,
@@ -507,47 +452,8 @@ class Simulation:
         )
 
 
-def _ran_for(worker: Worker, attempt: Attempt, until_ms: int) -> float:
-    """Seconds of work the worker did on an unfinished attempt (wall time since start less frozen time)."""
-    start = worker.started_ms.get(attempt.token)
-    if start is None:
-        return 0.0
-    start_ms, frozen_at_start = start
-    frozen = worker.frozen_total() - frozen_at_start
-    return max(0, until_ms - start_ms - frozen) / 1000
-
-
-def _outcome(a: Attempt) -> str:
-    if a.finish_result == "accepted":
-        return COMPLETED  # a later accepted completion of the same job becomes a duplicate below
-    if a.finish_result is not None:
-        return FINISH_REJECTED
-    if a.failed_at is not None:
-        return FAILED
-    if a.reclaimed_at is not None:
-        return RECLAIMED
-    return HELD if a.died_at is not None else RUNNING
-
-
-def _finalise(attempts: list[Attempt]) -> None:
-    """Final fields of attempts nothing will change any more: a finished run did all its work; outcomes."""
-    for a in attempts:
-        if a.finished_at is not None:
-            a.work_done = a.work
-        a.outcome = _outcome(a)
-    _mark_duplicates(attempts)
-
-
-def _mark_duplicates(attempts: list[Attempt]) -> None:
-    """A second accepted completion of the same job is a duplicate, whichever attempt it came from."""
-    completed: set[str] = set()
-    for a in sorted(
-        (a for a in attempts if a.finish_result == "accepted"),
-        key=lambda a: (a.finish_applied_at, a.job, a.attempt),
-    ):
-        if a.job in completed:
-            a.outcome = DUPLICATE_COMPLETION
-        completed.add(a.job)
+def _restart_ms(restart_after: float | None) -> int | None:
+    return None if restart_after is None else to_ms(restart_after)
 
 
 def simulate(

@@ -1196,7 +1196,7 @@ def fault_spec(text: str) -> FaultSpec:
     `crash`, `freeze,length=20:31`, `crash,target=other,offset=0:10`."""
     import argparse
 
-    from emqsim.cli import span
+    from emqsim.cli.argtypes import span
     from emqsim.units import to_ms
 
     kind, *items = [part.strip() for part in text.split(",")]
@@ -1236,7 +1236,7 @@ MAX_RUNS = 1_000_000
 
 
 def add_explore_arguments(p: Any) -> None:
-    from emqsim.cli import add_policy_flags, output_path, seconds, whole
+    from emqsim.cli.argtypes import add_policy_flags, output_path, seconds, whole
 
     p.add_argument(
         "--policy", choices=("lease", "timeout"), default="lease", help="detector to explore (default lease)"
@@ -1273,7 +1273,7 @@ def add_explore_arguments(p: Any) -> None:
 
 
 def _policy(args: Any) -> ReclaimPolicy:
-    from emqsim.cli import single_policy
+    from emqsim.cli.building import single_policy
     from emqsim.policies import LeasePolicy, TimeoutPolicy
 
     policy = single_policy(args)
@@ -1320,7 +1320,7 @@ def cmd_explore(args: Any) -> int:
         )
     executor = client = None
     if args.dask:
-        from emqsim.cli import _dask_executor
+        from emqsim.cli.work import dask_executor as _dask_executor
 
         executor, client = _dask_executor(args.dask)
     try:
@@ -1332,7 +1332,7 @@ def cmd_explore(args: Any) -> int:
         sys.stdout.write(json.dumps(as_json(result), indent=1) + "\n")
     else:
         print(format_exploration(result))
-    from emqsim.cli import text_timeline
+    from emqsim.cli.tables import text_timeline
 
     shown: dict[tuple[int, ...], str] = {}
     for c in result.counterexamples:

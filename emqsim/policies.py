@@ -3,7 +3,8 @@
 A policy says three things: what a worker does while it holds a job (`renewal`: the heartbeat rule, or None),
 what the server does on each atomic step (`take`, `renew`, `finish`, `sweep`, all run inside the store at one
 instant, like Lua scripts), and who runs the sweep and how often. The engine knows nothing else about it, so a
-new detector (an adaptive timeout, phi accrual) is one subclass of `ReclaimPolicy`; the engine works on a
+new detector (an adaptive timeout, phi accrual) is one subclass: of `Detector` (seconds, one method to write,
+docs/policies.md) or of `ReclaimPolicy` (every step, in the engine's milliseconds). The engine works on a
 fresh copy of the policy in every run, so per-run state kept on `self` is safe.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from emqsim.errors import ConfigError
 from emqsim.protocol import FinishReply, Queue, SweepReply
@@ -75,6 +76,11 @@ class RenewalRule:
         half = renew_ms // 2
         return cls(tick_ms=half, min_age_ms=half, strict=True, after_reply=True, **kw)
 
+    @property
+    def tick(self) -> float:
+        """Seconds between two ticks of a worker's lock-manager timer."""
+        return self.tick_ms / 1000
+
     def due(self, now_ms: int, ts_ms: int) -> bool:
         age = now_ms - ts_ms
         return age > self.min_age_ms if self.strict else age >= self.min_age_ms
@@ -106,8 +112,24 @@ class ReclaimPolicy:
     drain_delay_ms: int = 5000
     lazy_fail: bool = False
 
+    @property
+    def scan(self) -> float:
+        """Seconds between two sweeps (kept internally as `sweep_interval_ms`, the clock's whole ms)."""
+        return self.sweep_interval_ms / 1000
+
+    @scan.setter
+    def scan(self, seconds: float) -> None:
+        _require_positive("scan", seconds)
+        self.sweep_interval_ms = to_ms(seconds)
+
+    @property
+    def drain_delay(self) -> float:
+        """Seconds an idle taker waits on the queue's marker (take after wake-up only)."""
+        return self.drain_delay_ms / 1000
+
     def settings(self) -> dict[str, Any]:
-        """Plain settings for tables, in seconds; None where a setting does not apply."""
+        """Plain settings for tables, in seconds; None where a setting does not apply. The keys are the same
+        for every policy (lease, beat, scan, timeout), so runs of different policies share one table."""
         return {
             "policy": self.name,
             "lease": None,
@@ -115,6 +137,11 @@ class ReclaimPolicy:
             "scan": to_s(self.sweep_interval_ms),
             "timeout": None,
         }
+
+    def params(self) -> dict[str, Any]:
+        """The policy's own parameters, in seconds, for a table: those of `settings()` that apply (a
+        `Detector` shows its own)."""
+        return {k: v for k, v in self.settings().items() if k != "policy" and v is not None}
 
     # Server-side atomic steps; each runs inside the store at one instant.
     def take(self, queue: Queue, token: str, now_ms: int) -> str | None:
@@ -129,11 +156,84 @@ class ReclaimPolicy:
     def sweep(self, queue: Queue, now_ms: int) -> SweepReply:
         raise NotImplementedError
 
+
+class SweepShortcut(Protocol):
+    """Internal and optional, for speed only: a policy whose sweep is rate-limited may say when a sweep is
+    certain to be refused, and the engine then spares that sweep its network events. A policy without it
+    sends every sweep (same results, more events)."""
+
     def sweep_refused(self, queue: Queue, arrival_ms: int) -> bool:
         """True only if a sweep reaching Redis at `arrival_ms` is certain to be turned away without changing
-        anything but the command count (its one command is `EXISTS`). The engine then spares the sweep its
-        network events (the sender still waits out the round trip). Default: never certain."""
-        return False
+        anything but the command count (its one command is `EXISTS`)."""
+        ...
+
+
+class Detector(ReclaimPolicy):
+    """The short way to write a detector, all in seconds: workers send a heartbeat every `beat` s while they
+    hold a job; every `scan` s a reaper asks `suspect(job, now)` of each active job and takes back those it
+    suspects. Write `suspect`; `taken` and `heartbeat` tell you what happened, to keep what you need on
+    `self` (a fresh copy in every run). Finishes are token-checked: a reclaimed job's old holder cannot
+    complete it. See docs/policies.md."""
+
+    name = "detector"
+    swept_by: SweptBy = "reaper"
+    fenced = True
+
+    def __init__(self, beat: float = 2.0, scan: float = 1.0, max_stalled: int | None = None) -> None:
+        _require_positive("beat", beat)
+        self.beat = beat
+        self.scan = scan
+        self.max_stalled = max_stalled  # reclaims of one job before it goes to `failed` (None: never)
+        self.renewal = RenewalRule.every(beat)
+
+    # -- yours to write -----------------------------------------------------------------------------------
+    def taken(self, job: str, now: float) -> None:
+        """A worker took `job` at `now` (seconds)."""
+
+    def heartbeat(self, job: str, now: float) -> None:
+        """The holder of `job` sent a heartbeat that reached Redis at `now` (seconds)."""
+
+    def suspect(self, job: str, now: float) -> bool:
+        """True if `job`'s worker should now be presumed dead (the job is then taken back)."""
+        raise NotImplementedError("a Detector must define suspect(job, now)")
+
+    # -- the engine's steps, on the queue's public operations ------------------------------------------------
+    def take(self, queue: Queue, token: str, now_ms: int) -> str | None:
+        job = queue.take(token, now_ms, lock_ms=None)  # a fencing token without expiry
+        if job is not None:
+            self.taken(job, now_ms / 1000)
+        return job
+
+    def renew(self, queue: Queue, held: list[tuple[str, str]], now_ms: int) -> list[str]:
+        failed = []
+        for job, token in held:
+            if queue.holds(job, token):
+                self.heartbeat(job, now_ms / 1000)
+            else:
+                failed.append(job)  # reclaimed meanwhile: the worker stops beating for it
+        return failed
+
+    def sweep(self, queue: Queue, now_ms: int) -> SweepReply:
+        now = now_ms / 1000
+        reclaimed: list[str] = []
+        failed: list[str] = []
+        for job in queue.active_jobs():
+            if self.suspect(job, now):
+                result = queue.reclaim(job, self.max_stalled)
+                if result is not None:
+                    (reclaimed if result == "reclaimed" else failed).append(job)
+        return SweepReply(False, tuple(reclaimed), tuple(failed))
+
+    def params(self) -> dict[str, Any]:
+        """Every public number, string or flag set on the detector (its parameters, not its state)."""
+        return {
+            k: v
+            for k, v in vars(self).items()
+            if not k.startswith("_") and isinstance(v, int | float | str | bool) and k != "sweep_interval_ms"
+        } | {"scan": self.scan}
+
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings(), "beat": self.beat, **self.params()}
 
 
 class LeasePolicy(ReclaimPolicy):
@@ -202,6 +302,16 @@ class LeasePolicy(ReclaimPolicy):
                 stacklevel=2,
             )
 
+    @property
+    def lease(self) -> float:
+        """Seconds a lock lives without a renewal."""
+        return self.lease_ms / 1000
+
+    @property
+    def beat(self) -> float:
+        """Seconds between two heartbeats."""
+        return self.beat_ms / 1000
+
     def settings(self) -> dict[str, Any]:
         return {
             "policy": self.name,
@@ -262,6 +372,11 @@ class TimeoutPolicy(ReclaimPolicy):
         self.swept_by = swept_by
         self.renewal = None
         self.name = name
+
+    @property
+    def timeout(self) -> float:
+        """Seconds after its take that an active job counts as dead."""
+        return self.timeout_ms / 1000
 
     def settings(self) -> dict[str, Any]:
         return {

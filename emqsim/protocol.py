@@ -230,6 +230,25 @@ class Queue:
                 (reclaimed if self._requeue(job_id, max_stalled) else failed).append(job_id)
         return SweepReply(False, tuple(reclaimed), tuple(failed))
 
+    # -- what a detector needs (each is one atomic step, or a read inside one) ------------------------------
+    def active_jobs(self) -> list[str]:
+        """The ids of the jobs being worked on (the `active` list), oldest take last."""
+        return self.store.lrange(self.keys.active, 0, -1)
+
+    def holds(self, job_id: str, token: str) -> bool:
+        """Whether the take `token` still holds the job's lock (nobody reclaimed or re-took it since)."""
+        return self.store.get(self.keys.lock(job_id)) == token
+
+    def reclaim(self, job_id: str, max_stalled: int | None = None) -> str | None:
+        """Take an active job back from its worker, as a sweep does: out of `active`, its lock deleted (so
+        the old holder's finish is rejected), its stall counter raised, and back to `wait` ("reclaimed"), or
+        to `failed` once it stalled more than `max_stalled` times ("failed"). None if it was not active."""
+        store = self.store
+        if not store.lrem(self.keys.active, 1, job_id):
+            return None
+        store.delete(self.keys.lock(job_id))
+        return "reclaimed" if self._requeue(job_id, max_stalled) else "failed"
+
     # -- inspection --------------------------------------------------------------------------------------
     def state_of(self, job_id: str) -> list[str]:
         """Which structures hold the job (for invariant checks); a healthy queue gives exactly one."""

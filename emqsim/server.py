@@ -12,24 +12,53 @@ Everything a server-side step does to a job's attempt or lock is recorded here, 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import simpy
-from simpy.events import NORMAL
 
+from emqsim._simpy_fast import clock, replier
 from emqsim.keys import QueueKeys
-from emqsim.policies import ReclaimPolicy
+from emqsim.ledger import Ledger
+from emqsim.policies import ReclaimPolicy, SweepShortcut
 from emqsim.protocol import FinishReply, Queue, SweepReply
-from emqsim.records import Attempt, LockEvent, SweepEvent
+from emqsim.records import Attempt
 from emqsim.store import KeyStore
 
-if TYPE_CHECKING:
-    from emqsim.worker import Client, Worker
-
 LOST = object()  # a reply that never came: the request was lost on the way
+
+
+class ServerHost(Protocol):
+    """What the server asks of the simulation around it."""
+
+    def worker_state(self, wid: int) -> str:
+        """The state a record reports for worker `wid` now (alive, frozen, blocked, disconnected, dead)."""
+        ...
+
+    def job_settled(self, job_id: str) -> None:
+        """The job reached completed or failed."""
+        ...
+
+    def finish_applied(self, job_id: str) -> None:
+        """Redis ran a finish (or a holder's fail) of one of the job's attempts."""
+        ...
+
+
+class Connection(Protocol):
+    """A worker as Redis sees it: its connection, its outages, and where a take's job goes."""
+
+    wid: int
+    outages: list[tuple[int, int, int]]
+
+    @property
+    def connected(self) -> bool: ...
+
+    def route(self, rtt_ms: int) -> tuple[int, int]: ...
+
+    def reply_delay(self, now: int, back_ms: int) -> int: ...
+
+    def on_taken(self, job_id: str, attempt: Attempt) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -69,48 +98,54 @@ class Server:
         policy: ReclaimPolicy,
         keys: QueueKeys,
         store_rng: Any,
-        record_locks: bool = True,
+        ledger: Ledger,
+        host: ServerHost,
+        *,
         remove_on_complete: bool = False,
-        streaming: bool = False,
         tie_break: TieBreak | None = None,
+        failover_lag_ms: int | None = None,
+        hz: int = 10,
     ) -> None:
+        """`ledger` records every step; `host` answers worker states and hears of settled jobs and applied
+        finishes. `failover_lag_ms`: the longest lag of a failover the run has (lock writes are then logged so
+        it can undo them); `hz`: Redis's active expire cycles per second."""
         self.env = env
+        self.host = host
+        shortcut: SweepShortcut | None = policy if hasattr(policy, "sweep_refused") else None
+        self._sweep_refused = None if shortcut is None else shortcut.sweep_refused
         self.policy = policy
         self.keys = keys
-        # The store reads the clock once per command: `env._now` (what `env.now` returns) through C calls
-        # only, no Python frame; the simulation's time is integer ms throughout.
-        self.store = KeyStore(partial(getattr, env, "_now"), rng=store_rng, on_evict=self._on_evict)
+        # The store reads the clock once per command; the simulation's time is integer ms throughout.
+        self.store = KeyStore(clock(env), rng=store_rng, on_evict=self._on_evict)
+        self.store.on_ttl = self._ttl_set
         self.queue = Queue(self.store, keys, remove_on_complete=remove_on_complete)
-        self.record_locks = record_locks
-        self.streaming = streaming  # attempts kept per job until the engine closes the job, no other records
-        self.attempts: list[Attempt] = []  # every attempt in take order (not kept when streaming)
-        self.job_attempts: dict[str, list[Attempt]] = {}  # streaming: the attempts of jobs not yet closed
-        self.open_attempts: dict[str, Attempt] = {}  # job -> its current attempt, while the job is active
-        self.attempt_counts: dict[str, int] = {}
-        self.lock_events: list[LockEvent] = []
-        self.sweeps: list[SweepEvent] = []
+        self.ledger = ledger  # the one writer of attempts, lock events and sweeps
+        self.record_locks = ledger.record_locks
+        self.streaming = ledger.streaming
         self.requests: dict[str, int] = {}
-        self.blocked: deque[tuple[Worker, str, simpy.Event, int]] = deque()
+        self.blocked: deque[tuple[Connection, str, simpy.Event, int]] = deque()
         # Parked BZPOPMIN calls on the queue's marker (takes after wake-up): [worker, reply, back_ms, done].
         self.marker_waiters: deque[list[Any]] = deque()
         self.doomed: set[str] = set()  # tokens of takes that got a job marked to fail (`defa`)
         # Lock writes (time, job, token written, previous value, previous expiry), kept only when a failover
         # can lose them (`Outage.lost_writes`); None otherwise.
-        self.lock_log: deque[tuple[int, str, str, str | None, int | None]] | None = None
-        self.lock_log_keep_ms = 0
-        self.work_of: dict[str, float] = {}
+        self.lock_log: deque[tuple[int, str, str, str | None, int | None]] | None = (
+            None if failover_lag_ms is None else deque()
+        )
+        self.lock_log_keep_ms = failover_lag_ms or 0
         self.settled = 0  # jobs that reached completed or failed
-        self.on_settle: Callable[[str], None] = lambda job_id: None  # a job reached completed or failed
-        self.on_finish_applied: Callable[[str], None] = lambda job_id: None
         self.resident_peak = 0
+        self.expire_period_ms = max(1, 1000 // hz)
+        self._expire_planned: int | None = None
+        self._expire_wakeup = env.event()
         # A non-default tie-break queues each millisecond's arrivals and runs them at the millisecond's end.
         self.tie_break = tie_break if tie_break is not None and tie_break.reorders_redis else None
+        # _reply(event, result, back_ms): the reply reaches the client `back_ms` from now.
+        self._reply = replier(env)
         self._tied: list[Callable[[], None]] = []
 
     # -- transport ---------------------------------------------------------------------------------------
-    def send(
-        self, client: Client, kind: str, op: Callable[[int], Any], rtt_ms: int, lost: bool
-    ) -> simpy.Event:
+    def send(self, kind: str, op: Callable[[int], Any], rtt_ms: int, lost: bool) -> simpy.Event:
         """Send a request; the returned event fires with the reply when it gets back to the client."""
         self.requests[kind] = self.requests.get(kind, 0) + 1
         reply = self.env.event()
@@ -160,26 +195,19 @@ class Server:
     def _expire_locks_now(self) -> None:
         """Locks whose expiry millisecond is now expire before the next step (tie-break expiry="before")."""
         now = int(self.env.now)
-        for job_id in list(self.open_attempts):
+        for job_id in self.ledger.active_jobs():
             key = self.keys.lock(job_id)
             if self.store.expire_at(key) == now:
                 self.store.delete(key)
 
-    def _reply(self, reply: simpy.Event, result: Any, back_ms: int) -> None:
-        """The reply reaches the client `back_ms` from now: one scheduled event (what `Timeout` does), not a
-        back-leg timeout whose callback then triggers the reply."""
-        reply._ok = True
-        reply._value = result
-        self.env.schedule(reply, NORMAL, back_ms)
-
-    def send_take(self, worker: Worker, token: str, rtt_ms: int, lost: bool) -> simpy.Event:
+    def send_take(self, worker: Connection, token: str, rtt_ms: int, lost: bool) -> simpy.Event:
         """BLMOVE-style take: served now if `wait` has a job, else parked until one arrives."""
         self.requests["take"] = self.requests.get("take", 0) + 1
         reply = self.env.event()
         if lost:
             return reply
         if worker.outages:
-            out_ms, back_ms = worker._route(rtt_ms)
+            out_ms, back_ms = worker.route(rtt_ms)
         else:
             out_ms = rtt_ms // 2
             back_ms = rtt_ms - out_ms
@@ -221,13 +249,13 @@ class Server:
                 woken += 1
                 self._reply(reply, True, worker.reply_delay(now, back_ms) if worker.outages else back_ms)
 
-    def send_marker_wait(self, worker: Worker, rtt_ms: int) -> simpy.Event:
+    def send_marker_wait(self, worker: Connection, rtt_ms: int) -> simpy.Event:
         """BZPOPMIN on the queue's marker with drainDelay as its timeout: the reply (True: woken by a job,
         False: timed out) comes when a job is pushed, at once if one is waiting, or after drainDelay."""
         self.requests["marker"] = self.requests.get("marker", 0) + 1
         reply = self.env.event()
         if worker.outages:
-            out_ms, _ = worker._route(rtt_ms)
+            out_ms, _ = worker.route(rtt_ms)
         else:
             out_ms = rtt_ms // 2
         back_ms = rtt_ms - rtt_ms // 2
@@ -254,7 +282,7 @@ class Server:
         self.env.timeout(out_ms).callbacks.append(arrive)
         return reply
 
-    def move_to_active(self, worker: Worker, token: str, now: int) -> str | None:
+    def move_to_active(self, worker: Connection, token: str, now: int) -> str | None:
         """moveToActive sent after a wake-up: the take itself (None if `wait` is empty by then)."""
         if not worker.connected:
             return None
@@ -262,26 +290,18 @@ class Server:
 
     # -- server-side steps -------------------------------------------------------------------------------
     def add_job(self, job_id: str, work: float) -> None:
-        self.work_of[job_id] = work
+        self.ledger.arrived(job_id, work)
         self.queue.add(job_id)
         self.serve_blocked()
 
-    def _take(self, worker: Worker, token: str, now: int) -> str | None:
+    def _take(self, worker: Connection, token: str, now: int) -> str | None:
         job_id = self.policy.take(self.queue, token, now)
         if job_id is None:
             return None
-        n = self.attempt_counts.get(job_id, 0) + 1
-        self.attempt_counts[job_id] = n
-        attempt = Attempt(job_id, n, worker.wid, token, self.work_of[job_id], taken_at=now / 1000)
         if self.policy.lazy_fail and self.store.hget(self.keys.job(job_id), "defa") is not None:
             self.doomed.add(token)
-        if not worker.alive_or_frozen:
-            attempt.died_at = attempt.taken_at  # taken by a request sent just before its worker crashed
-        if self.streaming:
-            self.job_attempts.setdefault(job_id, []).append(attempt)
-        else:
-            self.attempts.append(attempt)
-        self.open_attempts[job_id] = attempt
+        # A take sent just before its worker crashed runs with its worker dead.
+        attempt = self.ledger.taken(job_id, worker.wid, token, now, worker_dead=not worker.connected)
         if self.lock_log is not None and (self.policy.renewal is not None or self.policy.fenced):
             self.lock_log.append((now, job_id, token, None, None))
             self._prune_lock_log(now)
@@ -323,22 +343,17 @@ class Server:
     def renewal_lost(self, held: list[tuple[str, str]], sent_ms: int) -> None:
         """Record renewals that never reached Redis (at the time they were sent)."""
         if self.record_locks:
-            for job_id, token in held:
-                self.lock_events.append(LockEvent(sent_ms / 1000, job_id, token, "renew_lost"))
+            self.ledger.renewals_lost(held, sent_ms)
 
     def finish(self, attempt: Attempt, now: int) -> FinishReply:
         reply = self.policy.finish(self.queue, attempt.job, attempt.token, now)
-        attempt.finish_applied_at = now / 1000
-        attempt.finish_result = "accepted" if reply.accepted else reply.error
-        if reply.accepted:
-            if self.open_attempts.get(attempt.job) is attempt:
-                del self.open_attempts[attempt.job]
-            if self.record_locks and self.policy.fenced:
-                self._lock_event(now, attempt.job, attempt.token, "released")
+        self.ledger.finish_applied(attempt, now, reply.error)
+        if reply.accepted and self.record_locks and self.policy.fenced:
+            self._lock_event(now, attempt.job, attempt.token, "released")
         if reply.was_active:
             self.settled += 1
-            self.on_settle(attempt.job)
-        self.on_finish_applied(attempt.job)
+            self.host.job_settled(attempt.job)
+        self.host.finish_applied(attempt.job)
         return reply
 
     def _prune_lock_log(self, now: int) -> None:
@@ -367,32 +382,28 @@ class Server:
                 store.set(key, before, px=max(1, before_expiry - now))
                 restored = before_expiry / 1000
             if self.record_locks:
-                self.lock_events.append(LockEvent(now / 1000, job_id, token, "lost_in_failover", restored))
+                self.ledger.lock_restored(now, job_id, token, restored)
         log.clear()
 
     def fail(self, attempt: Attempt, now: int, reason: str) -> FinishReply:
         """moveToFinished(failed) by the holder: token-checked; the job goes to `failed`."""
         reply = self.queue.fail(attempt.job, attempt.token, check_token=self.policy.fenced)
-        attempt.finish_applied_at = now / 1000
-        if reply.accepted and reply.was_active:
-            attempt.failed_at = now / 1000
-            if self.open_attempts.get(attempt.job) is attempt:
-                del self.open_attempts[attempt.job]
-            if self.record_locks:
-                self._lock_event(now, attempt.job, attempt.token, "released", detail=reason)
-        else:
-            attempt.finish_result = reply.error
+        failed = reply.accepted and reply.was_active
+        self.ledger.fail_applied(attempt, now, failed, reply.error)
+        if failed and self.record_locks:
+            self._lock_event(now, attempt.job, attempt.token, "released", detail=reason)
         if reply.was_active:
             self.settled += 1
-            self.on_settle(attempt.job)
-        self.on_finish_applied(attempt.job)
+            self.host.job_settled(attempt.job)
+        self.host.finish_applied(attempt.job)
         return reply
 
     def sweep_refused(self, arrival_ms: int) -> bool:
-        """A sweep sent now that is certain to be refused at `arrival_ms` (see `ReclaimPolicy.sweep_refused`)
-        is counted here, one request and its one `EXISTS`, and sends nothing: the sender just waits out the
-        round trip. Skipped sweeps leave no record either way."""
-        if not self.policy.sweep_refused(self.queue, arrival_ms):
+        """A sweep sent now that is certain to be refused at `arrival_ms` (see `policies.SweepShortcut`, which
+        a policy may implement) is counted here, one request and its one `EXISTS`, and sends nothing: the
+        sender just waits out the round trip. Skipped sweeps leave no record either way."""
+        refused = self._sweep_refused
+        if refused is None or not refused(self.queue, arrival_ms):
             return False
         self.requests["sweep"] = self.requests.get("sweep", 0) + 1
         self.store.count_command("EXISTS")
@@ -401,48 +412,69 @@ class Server:
     def sweep(self, by: str, now: int) -> SweepReply:
         reply = self.policy.sweep(self.queue, now)
         if not reply.skipped and not self.streaming:  # a sweep turned away by the rate limit: no record
-            self.sweeps.append(
-                SweepEvent(now / 1000, by, reply.skipped, reply.reclaimed, reply.failed, len(reply.marked))
-            )
+            self.ledger.sweep(now, by, reply)
         for job_id in reply.reclaimed:
             self._reclaimed(job_id, by, now, failed=False)
         for job_id in reply.failed:
             self._reclaimed(job_id, by, now, failed=True)
             self.settled += 1
-            self.on_settle(job_id)
+            self.host.job_settled(job_id)
         if reply.reclaimed:
             self.serve_blocked()
         return reply
 
     def _reclaimed(self, job_id: str, by: str, now: int, failed: bool) -> None:
-        attempt = self.open_attempts.pop(job_id, None)
+        attempt = self.ledger.current(job_id)
         if attempt is None:
             return
-        if failed:
-            attempt.failed_at = now / 1000
-        else:
-            attempt.reclaimed_at = now / 1000
-        attempt.reclaimed_by = by
-        attempt.worker_state_at_reclaim = self.worker_state(attempt.worker)  # type: ignore[assignment]
+        self.ledger.reclaimed(job_id, by, now, failed, self.host.worker_state(attempt.worker))
         if self.record_locks and self.policy.fenced and self.policy.renewal is None:
             self._lock_event(now, job_id, attempt.token, "deleted")
-
-    def worker_state(self, wid: int) -> str:  # replaced by the engine with a lookup of live workers
-        raise NotImplementedError
 
     # -- records -----------------------------------------------------------------------------------------
     def _lock_event(self, now: int, job_id: str, token: str | None, kind: str, detail: str = "") -> None:
         expires = self.store.expire_at(self.keys.lock(job_id)) if kind in ("set", "renewed") else None
-        self.lock_events.append(
-            LockEvent(now / 1000, job_id, token, kind, None if expires is None else expires / 1000, detail)
-        )
+        self.ledger.lock(now, job_id, token, kind, expires, detail)
 
     def _on_evict(self, key: str, now: int, how: str) -> None:
         if not self.record_locks:
             return
         job_id = self.keys.job_id_of_lock(key)
         if job_id is not None:
-            self.lock_events.append(LockEvent(now / 1000, job_id, None, "evicted", None, how))
+            self.ledger.lock(now, job_id, None, "evicted", None, how)
+
+    # -- Redis's active expire cycle ----------------------------------------------------------------------
+    def expire_cycle(self) -> Generator[simpy.Event, Any, None]:
+        """Redis's active expire cycle, `hz` times a second on the tick grid (a process the simulation
+        starts). Ticks that provably find no logically expired key (none has `now > expire_at`) are
+        skipped: they would evict nothing."""
+        period = self.expire_period_ms
+        store = self.store
+        env = self.env
+        while True:
+            now = int(env.now)
+            next_tick = (now // period + 1) * period
+            earliest = store.next_expiry()
+            if earliest is None:
+                self._expire_planned = None
+            else:
+                first_useful = (earliest // period + 1) * period  # the first tick with now > earliest
+                next_tick = max(next_tick, first_useful)
+                self._expire_planned = next_tick
+            self._expire_wakeup = env.event()
+            if earliest is None:
+                yield self._expire_wakeup
+                continue
+            timer = env.timeout(next_tick - now)
+            yield timer | self._expire_wakeup
+            if timer.processed:
+                self.active_expire()
+
+    def _ttl_set(self, when: int) -> None:
+        """A key got an expiry: wake the expire cycle if that key expires before its planned tick."""
+        planned = self._expire_planned
+        if (planned is None or when < planned) and not self._expire_wakeup.triggered:
+            self._expire_wakeup.succeed()
 
     def active_expire(self) -> None:
         self.resident_peak = max(self.resident_peak, self.store.resident_keys())

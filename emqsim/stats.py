@@ -25,11 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from emqsim.engine import Simulation
 from emqsim.fileio import write_atomically  # noqa: F401  (re-exported: older imports keep working)
-from emqsim.policies import ReclaimPolicy
 from emqsim.records import DUPLICATE_COMPLETION, Attempt, Run
-from emqsim.scenario import Scenario
 
 LEVEL = 0.95
 
@@ -181,17 +178,6 @@ def summarize(run: Run) -> RunSummary:
     builder = SummaryBuilder(run.jobs)
     for job, attempts in by_job.items():
         builder.add_job(attempts, run.arrivals[int(job)], run.end)
-    return builder.result(run)
-
-
-def simulate_summary(
-    scenario: Scenario, policy: ReclaimPolicy, seed: int = 0, replication: int = 0
-) -> RunSummary:
-    """`summarize(simulate(...))` without keeping the records: each job is folded into the summary as soon as
-    it is final, so memory follows the jobs in flight (with `Scenario.remove_on_complete`, Redis's too).
-    The same summary as `summarize(simulate(scenario, policy, seed, replication))`, bit for bit."""
-    builder = SummaryBuilder(scenario.jobs)
-    run = Simulation(scenario, policy, seed, replication, job_sink=builder.add_job).run()
     return builder.result(run)
 
 

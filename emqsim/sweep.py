@@ -34,7 +34,8 @@ from emqsim.fileio import write_atomically
 from emqsim.policies import ReclaimPolicy
 from emqsim.records import RESULTS_SCHEMA
 from emqsim.scenario import Scenario
-from emqsim.stats import RunSummary, aggregate, paired_difference, simulate_summary
+from emqsim.stats import RunSummary, aggregate, paired_difference
+from emqsim.summaries import simulate_summary
 
 CACHE_FORMAT = 2  # the layout of a cache entry (identity + summaries)
 

@@ -440,7 +440,9 @@ def predict(c: Candidate, w: Workload, limits: Limits, pauses: np.ndarray) -> No
     outage_lapse = 0.0
     if w.outage_rate > 0:
         outage_lapse = float(
-            np.mean([analytic.outage_lapse_probability(c.lease_s, rule, d, rtt=rtt) for d in _outage_sample(w)])
+            np.mean(
+                [analytic.outage_lapse_probability(c.lease_s, rule, d, rtt=rtt) for d in _outage_sample(w)]
+            )
         )
         per_job += w.outage_rate / 3600 * w.duration.mean() * outage_lapse
     sweeps = w.workers / (c.scan + rtt) if policy.swept_by == "workers" else 1 / (c.scan + rtt)

@@ -13,7 +13,16 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from emqsim.cli import distribution, existing_file, grid, output_path, probability, seconds, timeouts, whole
+from emqsim.cli.argtypes import (
+    distribution,
+    existing_file,
+    grid,
+    output_path,
+    probability,
+    seconds,
+    timeouts,
+    whole,
+)
 from emqsim.errors import ConfigError
 from emqsim.tune import Limits, SearchSpace, Workload, figure, read_durations, report, to_json_dict, tune
 

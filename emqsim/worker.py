@@ -6,28 +6,49 @@ read until the loop frees), dead (never acts again; its connection is closed). R
 when a worker freezes or dies still reach Redis: the network does not know the sender stopped.
 
 A client's connection can be down (`Outage`): its requests wait and are resent when it reconnects (ioredis's
-offline queue), so a round trip that meets an outage ends after the reconnect (`Client._route`).
+offline queue), so a round trip that meets an outage ends after the reconnect (`Client.route`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import simpy
 
 from emqsim.distributions import Fixed
-from emqsim.records import Attempt, WorkerEvent
-from emqsim.server import LOST
+from emqsim.ledger import Ledger
+from emqsim.policies import ReclaimPolicy
+from emqsim.records import Attempt
+from emqsim.scenario import Scenario
+from emqsim.server import LOST, Server
 from emqsim.units import to_ms
-
-if TYPE_CHECKING:
-    from emqsim.engine import Simulation
 
 ALIVE, FROZEN, BLOCKED, DEAD = "alive", "frozen", "blocked", "dead"
 RTT_BLOCK = 256  # round trips drawn at once (a fixed block size keeps the draws reproducible)
 Proc = Generator[simpy.Event, Any, Any]
+
+
+class WorkerHost(Protocol):
+    """What a worker needs from the run around it: the clock, the server, the policy, the ledger, and whom to
+    tell when its attempts start and stop, when it crashes, and what happened to it."""
+
+    env: simpy.Environment
+    scenario: Scenario
+    policy: ReclaimPolicy
+    server: Server
+    ledger: Ledger
+
+    def attempts_started(self, n: int) -> None: ...
+
+    def attempts_stopped(self, n: int) -> None: ...
+
+    def worker_crashed(self, worker: Worker, stopped: list[Attempt]) -> None: ...
+
+    def job_started(self, worker: Worker, attempt: Attempt) -> None: ...
+
+    def worker_event(self, wid: int, kind: str, detail: str = "") -> None: ...
 
 
 class Client:
@@ -37,7 +58,7 @@ class Client:
     state: str = ALIVE
     resume_event: simpy.Event | None = None
 
-    def __init__(self, sim: Simulation, net_rng: np.random.Generator, loss_rng: np.random.Generator) -> None:
+    def __init__(self, sim: WorkerHost, net_rng: np.random.Generator, loss_rng: np.random.Generator) -> None:
         self.sim = sim
         self.env = sim.env
         self.net_rng = net_rng
@@ -54,10 +75,7 @@ class Client:
 
     @property
     def connected(self) -> bool:
-        return self.state != DEAD
-
-    @property
-    def alive_or_frozen(self) -> bool:
+        """Not dead: a crashed client's connection is closed (a frozen or blocked one's stays open)."""
         return self.state != DEAD
 
     def _rtt_ms(self) -> int:
@@ -74,9 +92,9 @@ class Client:
             return False
         return bool(self.loss_rng.random() < self._loss)
 
-    def settle(self) -> Proc:
-        """Wait out a freeze or a blocked loop; True if the client may go on, False if it died. (Callers skip
-        it while the state is ALIVE: the hot loops then create no generator.)"""
+    def carry_on(self) -> Proc:
+        """Wait out a freeze or a blocked event loop, if any: True if the client may go on, False if it
+        died. Every process of a client calls it after each wait (`if not (yield from self.carry_on())`)."""
         while self.state == FROZEN or self.state == BLOCKED:
             assert self.resume_event is not None  # set by freeze() and block()
             yield self.resume_event
@@ -87,7 +105,7 @@ class Client:
         """Whether the client's connection is down at `now` (between a disconnect and the reconnect)."""
         return any(start <= now < back for start, _, back in self.outages)
 
-    def _route(self, rtt_ms: int) -> tuple[int, int]:
+    def route(self, rtt_ms: int) -> tuple[int, int]:
         """(ms until the request reaches Redis, ms from then until the reply is read), sent now, given the
         outages: a request sent while disconnected waits in the offline queue until the reconnect; one the
         connection drops on the way is resent at the reconnect; a reply the connection drops on the way is
@@ -110,7 +128,7 @@ class Client:
         return arrive - now, read - arrive
 
     def reply_delay(self, now: int, back_ms: int) -> int:
-        """ms until a reply Redis sends at `now` is read (a parked take's reply; see `_route`)."""
+        """ms until a reply Redis sends at `now` is read (a parked take's reply; see `route`)."""
         read = now + back_ms
         for start, _, back in self.outages:
             if now < start <= read or start <= now < back:
@@ -122,15 +140,15 @@ class Client:
         while True:
             lost = self._lost(kind)
             if self.outages and not lost:
-                out_ms, back_ms = self._route(self._rtt_ms())
+                out_ms, back_ms = self.route(self._rtt_ms())
                 reply = self.sim.server.send_split(kind, op, out_ms, back_ms)
             else:
-                reply = self.sim.server.send(self, kind, op, self._rtt_ms(), lost)
+                reply = self.sim.server.send(kind, op, self._rtt_ms(), lost)
             if lost:
                 yield self.env.timeout(self._timeout_ms)
             else:
                 result = yield reply
-            if self.state is not ALIVE and not (yield from self.settle()):
+            if not (yield from self.carry_on()):
                 return None
             if not lost:
                 return result
@@ -150,23 +168,23 @@ class Client:
         reliable = self._loss <= 0 or not self._loss_all
         yield self.env.timeout(first_ms)
         while True:
-            if self.state is not ALIVE and not (yield from self.settle()):
+            if not (yield from self.carry_on()):
                 return
             if reliable and self.outages:
-                out_ms, back_ms = self._route(self._rtt_ms())
+                out_ms, back_ms = self.route(self._rtt_ms())
                 if server.sweep_refused(int(self.env.now) + out_ms):
                     yield self.env.timeout(out_ms + back_ms)
                 else:
                     yield server.send_split("sweep", sweep, out_ms, back_ms)
-                if self.state is not ALIVE and not (yield from self.settle()):
+                if not (yield from self.carry_on()):
                     return
             elif reliable:
                 rtt_ms = self._rtt_ms()
                 if server.sweep_refused(int(self.env.now) + rtt_ms // 2):
                     yield self.env.timeout(rtt_ms)
                 else:
-                    yield server.send(self, "sweep", sweep, rtt_ms, False)
-                if self.state is not ALIVE and not (yield from self.settle()):
+                    yield server.send("sweep", sweep, rtt_ms, False)
+                if not (yield from self.carry_on()):
                     return
             else:
                 yield from self.request("sweep", sweep)
@@ -191,7 +209,7 @@ class Reaper(Client):
         return "reaper"
 
 
-class Held:
+class Tracked:
     """A job the lock manager tracks (keyed by its token): the job and its last renewal time (`ts`)."""
 
     __slots__ = ("job", "ts", "attempt")
@@ -206,7 +224,7 @@ class Worker(Client):
     """One worker process with `concurrency` slots."""
 
     def __init__(
-        self, sim: Simulation, wid: int, net_rng: np.random.Generator, loss_rng: np.random.Generator
+        self, sim: WorkerHost, wid: int, net_rng: np.random.Generator, loss_rng: np.random.Generator
     ) -> None:
         super().__init__(sim, net_rng, loss_rng)
         self.wid = wid
@@ -216,7 +234,7 @@ class Worker(Client):
         self.frozen_since: int | None = None
         # All keyed by token (one per take): the same job can be held twice by one worker, once stale.
         self.running: dict[str, Attempt] = {}  # taken at Redis, not yet finished from the worker's view
-        self.held: dict[str, Held] = {}  # tracked by the lock manager
+        self.tracked: dict[str, Tracked] = {}  # the jobs the lock manager renews
         self.started_ms: dict[str, tuple[int, int]] = {}  # token -> (start time, frozen_total at start)
         self.takes = 0
         self.restart_after_ms: int | None = None
@@ -224,8 +242,7 @@ class Worker(Client):
 
     # -- state changes -----------------------------------------------------------------------------------
     def _event(self, kind: str, detail: str = "") -> None:
-        if self.sim.keep_records:
-            self.sim.worker_events.append(WorkerEvent(self.env.now / 1000, self.wid, kind, detail))
+        self.sim.worker_event(self.wid, kind, detail)
 
     def state_at(self, now: int) -> str:
         """The state a record reports: alive, frozen, blocked or dead, or disconnected (alive, connection down)."""
@@ -271,35 +288,34 @@ class Worker(Client):
         self._event("resume")
         self.resume_event.succeed()
 
-    def crash(self) -> None:
+    def crash(self, restart_after_ms: int | None = None) -> None:
+        """The process dies (its connection closes); with `restart_after_ms` a new worker starts then."""
         if self.state == DEAD:
             return
+        if restart_after_ms is not None:
+            self.restart_after_ms = restart_after_ms
         self.state = DEAD
-        now = self.env.now / 1000
+        now = int(self.env.now)
         self._event("crash")
+        ledger = self.sim.ledger
         for token, attempt in self.running.items():
-            if attempt.started_at is not None and attempt.finished_at is None:
-                attempt.stopped_at = now  # its execution ends here, whether or not the job is still its own
-            # A dead worker holds this job hostage only if the job is still its own (not reclaimed already).
-            if (
-                attempt.died_at is None
-                and attempt.finish_applied_at is None
-                and attempt.reclaimed_at is None
-                and attempt.failed_at is None
-            ):
-                attempt.died_at = now
-            start = self.started_ms.get(token)
-            if start is not None:
-                ran = int(self.env.now) - start[0] - (self.frozen_total() - start[1])
-                attempt.work_done = min(attempt.work, max(0, ran) / 1000)
+            ledger.crashed(attempt, now, self.ran_ms(token))
         stopped = list(self.running.values())
         self.sim.attempts_stopped(len(stopped))
         self.running.clear()
-        self.held.clear()
+        self.tracked.clear()
         self.started_ms.clear()
         if self.resume_event is not None and not self.resume_event.triggered:
             self.resume_event.succeed()
         self.sim.worker_crashed(self, stopped)
+
+    def ran_ms(self, token: str) -> int | None:
+        """ms of work done on the take `token` since it started (wall time less frozen time), or None if it
+        has not started."""
+        start = self.started_ms.get(token)
+        if start is None:
+            return None
+        return int(self.env.now) - start[0] - (self.frozen_total() - start[1])
 
     def frozen_total(self) -> int:
         ongoing = int(self.env.now) - self.frozen_since if self.frozen_since is not None else 0
@@ -315,11 +331,12 @@ class Worker(Client):
     def slot(self) -> Proc:
         """Fetch a job, work on it, finish it; forever."""
         server = self.sim.server
+        ledger = self.sim.ledger
         policy = self.sim.policy
         after_wakeup = policy.take_after_wakeup
         by_job = policy.renewal is not None and policy.renewal.track_by == "job"
         while True:
-            if self.state is not ALIVE and not (yield from self.settle()):
+            if not (yield from self.carry_on()):
                 return
             if after_wakeup:
                 token = yield from self._take_after_wakeup()
@@ -335,7 +352,7 @@ class Worker(Client):
                     yield self.env.timeout(self._timeout_ms)
                     continue
                 job_id = yield reply
-                if self.state is not ALIVE and not (yield from self.settle()):
+                if not (yield from self.carry_on()):
                     return
             attempt = self.running[token]
             now = int(self.env.now)
@@ -346,11 +363,11 @@ class Worker(Client):
                 if not (yield from self._fail(attempt, token, "job stalled more than allowable limit")):
                     return
                 continue
-            attempt.started_at = now / 1000
+            ledger.started(attempt, now)
             if by_job:  # BullMQ's LockManager map is keyed by job id: a re-take replaces the stale entry
-                for other in [t for t, h in self.held.items() if h.job == job_id]:
-                    del self.held[other]
-            self.held[token] = Held(job_id, now, attempt)
+                for other in [t for t, h in self.tracked.items() if h.job == job_id]:
+                    del self.tracked[other]
+            self.tracked[token] = Tracked(job_id, now, attempt)
             self.started_ms[token] = (now, self.frozen_total())
             if policy.renewal is not None and policy.renewal.per_job:
                 self.env.process(self.job_renewer(token))
@@ -364,20 +381,20 @@ class Worker(Client):
                 while remaining > 0:
                     t0, f0 = int(self.env.now), self.frozen_total()
                     yield self.env.timeout(remaining)
-                    if self.state is not ALIVE and not (yield from self.settle()):
+                    if not (yield from self.carry_on()):
                         return
                     remaining -= (int(self.env.now) - t0) - (self.frozen_total() - f0)
             except simpy.Interrupt:  # a sandboxed processor's child exited: fail the job at once
                 assert self.slot_procs is not None  # only sandboxed slots are interrupted
                 self.slot_procs.pop(token, None)
-                if self.state is not ALIVE and not (yield from self.settle()):
+                if not (yield from self.carry_on()):
                     return
                 if not (yield from self._fail(attempt, token, "Unexpected exit code")):
                     return
                 continue
             if self.slot_procs is not None:
                 self.slot_procs.pop(token, None)
-            attempt.finished_at = self.env.now / 1000
+            ledger.finishing(attempt, int(self.env.now))
             reply = yield from self.request("finish", lambda now, a=attempt: server.finish(a, now))
             if reply is None:
                 return
@@ -389,19 +406,17 @@ class Worker(Client):
     def _untrack(self, token: str, job_id: str, by_job: bool) -> None:
         """Stop renewing a finished job: its own entry, or (BullMQ's `untrackJob(job.id)`) every entry of its
         job id, a fresh copy's too."""
-        self.held.pop(token, None)
+        self.tracked.pop(token, None)
         if by_job:
-            for other in [t for t, h in self.held.items() if h.job == job_id]:
-                del self.held[other]
+            for other in [t for t, h in self.tracked.items() if h.job == job_id]:
+                del self.tracked[other]
 
     def _fail(self, attempt: Attempt, token: str, reason: str) -> Proc:
         """moveToFinished(failed) for a job this worker holds; False if the worker died meanwhile."""
         server = self.sim.server
-        start = self.started_ms.get(token)
-        if start is not None:  # a sandboxed child ran it until it exited: its execution ends here
-            ran = int(self.env.now) - start[0] - (self.frozen_total() - start[1])
-            attempt.work_done = min(attempt.work, max(0, ran) / 1000)
-            attempt.stopped_at = self.env.now / 1000
+        ran = self.ran_ms(token)
+        if ran is not None:  # a sandboxed child ran it until it exited: its execution ends here
+            self.sim.ledger.stopped(attempt, int(self.env.now), ran)
         reply = yield from self.request("finish", lambda now, a=attempt: server.fail(a, now, reason))
         if reply is None:
             return False
@@ -425,7 +440,7 @@ class Worker(Client):
                 yield self.env.timeout(self._timeout_ms)
             else:
                 yield server.send_marker_wait(self, rtt_ms)
-            if self.state is not ALIVE and not (yield from self.settle()):
+            if not (yield from self.carry_on()):
                 return None
             self.takes += 1
             token = f"{self.wid}:{self.takes}"
@@ -443,13 +458,13 @@ class Worker(Client):
         yield self.env.timeout(first_ms)
         next_tick = int(self.env.now)
         while True:
-            if self.state is not ALIVE and not (yield from self.settle()):
+            if not (yield from self.carry_on()):
                 return
             now = int(self.env.now)
-            due = [(h.job, token) for token, h in self.held.items() if rule.due(now, h.ts)]
+            due = [(h.job, token) for token, h in self.tracked.items() if rule.due(now, h.ts)]
             if due:
                 for _, token in due:
-                    self.held[token].ts = now
+                    self.tracked[token].ts = now
                 failed = yield from self.request("renew", lambda t, d=due: server.renew(d, t), retry=False)
                 if failed is None:
                     return
@@ -457,7 +472,7 @@ class Worker(Client):
                     server.renewal_lost(due, now)
                 else:
                     for token in failed:
-                        self.held.pop(token, None)  # lockRenewalFailed: stop renewing a lost lock
+                        self.tracked.pop(token, None)  # lockRenewalFailed: stop renewing a lost lock
             if rule.after_reply:
                 yield self.env.timeout(rule.tick_ms)
             else:
@@ -476,21 +491,21 @@ class Worker(Client):
         server = self.sim.server
         while True:
             yield self.env.timeout(rule.tick_ms)
-            if self.state is not ALIVE and not (yield from self.settle()):
+            if not (yield from self.carry_on()):
                 return
-            held = self.held.get(token)
-            if held is None:
+            tracked = self.tracked.get(token)
+            if tracked is None:
                 return
             now = int(self.env.now)
-            if not rule.due(now, held.ts):
+            if not rule.due(now, tracked.ts):
                 continue
-            held.ts = now
-            item = [(held.job, token)]
+            tracked.ts = now
+            item = [(tracked.job, token)]
             failed = yield from self.request("renew", lambda t, d=item: server.renew(d, t), retry=False)
             if failed is None:
                 return
             if failed is LOST:
                 server.renewal_lost(item, now)
             elif failed:
-                self.held.pop(token, None)
+                self.tracked.pop(token, None)
                 return

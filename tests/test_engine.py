@@ -200,12 +200,9 @@ def test_same_millisecond_requests_run_in_the_order_they_were_sent():
     sim = Simulation(Scenario(), LEASE, seed=0)
     server = sim.server
     order = []
-    client = type("C", (), {"connected": True})()
-    server.send(client, "a", lambda now: order.append(("a", now)), rtt_ms=4, lost=False)
-    server.send(client, "b", lambda now: order.append(("b", now)), rtt_ms=4, lost=False)
-    server.send(
-        client, "c", lambda now: order.append(("c", now)), rtt_ms=2, lost=False
-    )  # sent last, same arrival? no
+    server.send("a", lambda now: order.append(("a", now)), rtt_ms=4, lost=False)
+    server.send("b", lambda now: order.append(("b", now)), rtt_ms=4, lost=False)
+    server.send("c", lambda now: order.append(("c", now)), rtt_ms=2, lost=False)  # sent last, arrives first
     sim.env.run(until=10)
     assert order == [("c", 1), ("a", 2), ("b", 2)]
 

@@ -285,7 +285,8 @@ def test_readme_tells_newcomers():
 # -- figures --------------------------------------------------------------------------------------------------
 def _frontier_rows(scenarios: list[str]) -> list[dict]:
     from emqsim.presets import preset
-    from emqsim.stats import aggregate, simulate_summary
+    from emqsim.stats import aggregate
+    from emqsim.summaries import simulate_summary
 
     rows = []
     for name in scenarios:

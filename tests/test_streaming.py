@@ -76,7 +76,7 @@ def test_a_streaming_run_keeps_nothing_once_every_job_is_final():
     def sink(attempts, arrival, end):
         assert len({a.job for a in attempts}) == 1
         seen.append(attempts[0].job)
-        open_jobs.append(len(sim.server.job_attempts))
+        open_jobs.append(len(sim.ledger.job_attempts))
 
     sim = Simulation(scenario, LeasePolicy(30, 10, 5), 0, job_sink=sink)
     run = sim.run()
@@ -84,8 +84,9 @@ def test_a_streaming_run_keeps_nothing_once_every_job_is_final():
     assert sorted(seen, key=int) == [str(i) for i in range(scenario.jobs)]
     assert max(open_jobs) <= scenario.workers * scenario.concurrency * 2 + 20  # jobs in flight, not all jobs
     server = sim.server
-    assert not server.job_attempts and not server.work_of and not server.attempt_counts
-    assert not server.open_attempts and not sim._arrival_of and not sim._settled_open
+    ledger = sim.ledger
+    assert not ledger.job_attempts and not ledger.work_of and not ledger.attempt_counts
+    assert not ledger.open_attempts and not sim._arrival_of and not sim._settled_open
     assert run.attempts == [] and run.lock_events == [] and run.sweeps == [] and run.worker_events == []
     x = server.store.execute
     job_keys = sorted(k for k in x("KEYS", "*") if k.split(":")[-1].isdigit())

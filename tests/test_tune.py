@@ -16,7 +16,7 @@ from emqsim.cli import main
 from emqsim.config import load_config
 from emqsim.distributions import Empirical, Fixed, LogNormal
 from emqsim.errors import ConfigError
-from emqsim.stats import simulate_summary
+from emqsim.summaries import simulate_summary
 from emqsim.tune import (
     VERIFY_SEED_OFFSET,
     Candidate,

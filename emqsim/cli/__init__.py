@@ -52,7 +52,7 @@ from emqsim.cli.tables import TABLE_COLUMNS, format_table, paired_text, scenario
 from emqsim.cli.work import MAX_COMMANDS, check_work, commands_per_run, dask_executor, policy_grid
 from emqsim.verdict import HOSTAGE_AFTER
 
-_dask_executor = dask_executor  # the name `emqsim explore` imports
+_dask_executor = dask_executor  # the 0.2 name
 _policy_grid = policy_grid
 
 __all__ = [

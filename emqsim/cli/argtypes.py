@@ -243,3 +243,19 @@ def rate(text: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be a rate >= 0 per worker-hour (e.g. 2)")
     return value
+
+
+def add_policy_flags(p: argparse.ArgumentParser, gridded: bool) -> None:
+    kind = grid if gridded else seconds
+    g = p.add_argument_group("policy settings (seconds)")
+    several = "; a grid: 10,20,30 or 10:60:10" if gridded else ""
+    g.add_argument("--lease", type=kind, help=f"lock lease (PX){several} (default 30)")
+    g.add_argument("--beat", type=kind, help=f"heartbeat period{several} (default lease/3)")
+    g.add_argument("--scan", type=kind, help=f"sweep/reaper interval{several} (default 5)")
+    g.add_argument(
+        "--timeout",
+        type=timeouts if gridded else seconds,
+        help="fixed timeout(s) for the reaper"
+        + (" (default 30,120,600,1200; 'none' to skip)" if gridded else ""),
+    )
+    g.add_argument("--preset", type=preset_name, help=f"a real system's defaults: {', '.join(PRESETS)}")

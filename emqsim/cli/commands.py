@@ -126,7 +126,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from emqsim import __version__
-    from emqsim.stats import aggregate, simulate_summary
+    from emqsim.stats import aggregate
+    from emqsim.summaries import simulate_summary
 
     scenario = run_scenario(args)
     policy = single_policy(args)

@@ -9,25 +9,22 @@ from typing import Any, NoReturn
 from emqsim.cli.argtypes import (
     CONFIG_HELP,
     MAX_COUNT,
+    add_policy_flags,
     config_file,
     distribution,
     existing_file,
-    grid,
     missing_extra,
     output_path,
-    preset_name,
     probability,
     rate,
     scenario_name,
     seconds,
     seconds_or_zero,
     span,
-    timeouts,
     whole,
     writable_folder,
 )
 from emqsim.cli.work import MAX_COMMANDS
-from emqsim.presets import PRESETS
 
 RUN_REPLICATIONS = 10  # `run`'s default: enough runs for t intervals with 9 degrees of freedom, in seconds
 
@@ -63,22 +60,6 @@ class MissingExtra(Parser):
         command = self.prog.split()[-1]
         message = missing_extra(command) or f"needs the {command!r} extra"
         self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def add_policy_flags(p: argparse.ArgumentParser, gridded: bool) -> None:
-    kind = grid if gridded else seconds
-    g = p.add_argument_group("policy settings (seconds)")
-    several = "; a grid: 10,20,30 or 10:60:10" if gridded else ""
-    g.add_argument("--lease", type=kind, help=f"lock lease (PX){several} (default 30)")
-    g.add_argument("--beat", type=kind, help=f"heartbeat period{several} (default lease/3)")
-    g.add_argument("--scan", type=kind, help=f"sweep/reaper interval{several} (default 5)")
-    g.add_argument(
-        "--timeout",
-        type=timeouts if gridded else seconds,
-        help="fixed timeout(s) for the reaper"
-        + (" (default 30,120,600,1200; 'none' to skip)" if gridded else ""),
-    )
-    g.add_argument("--preset", type=preset_name, help=f"a real system's defaults: {', '.join(PRESETS)}")
 
 
 def add_fault_flags(p: argparse.ArgumentParser) -> None:

@@ -32,17 +32,17 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from emqsim.engine import _mark_duplicates, _outcome
 from emqsim.errors import ConfigError
-from emqsim.faults import Block, ChildCrash, Crash, Freeze, Outage, as_distribution
+from emqsim.faults import Block, ChildCrash, Crash, Freeze, Outage
 from emqsim.keys import QueueKeys
+from emqsim.live.faults import FaultInjection
 from emqsim.live.lua import key_names
+from emqsim.live.records import Proc, build_run
 from emqsim.live.scripts import LuaQueue
 from emqsim.live.server import (
     SOCKET_TIMEOUT,
@@ -54,17 +54,15 @@ from emqsim.live.server import (
     die_with_parent,
     no_retry,
 )
-from emqsim.policies import LeasePolicy, ReclaimPolicy, TimeoutPolicy
-from emqsim.protocol import FINISH_ERRORS
-from emqsim.records import Attempt, LockEvent, Run, SweepEvent, WorkerEvent, with_expiries
+from emqsim.live.settings import DEFAULT_TIME_SCALE, LiveSettings, LiveWarning
+from emqsim.policies import ReclaimPolicy
+from emqsim.records import Run
 from emqsim.scenario import Scenario
 from emqsim.seeds import stream
 from emqsim.units import to_ms
 
 WORKER_SCRIPT = Path(__file__).with_name("worker.py")
-DEFAULT_TIME_SCALE = 0.02
 SPARES = 2  # idle worker processes kept ready when the scenario restarts crashed workers
-MIN_TIMER_MS = 5  # real milliseconds: below this, OS scheduling jitter is the whole signal
 HOUR_S = 3600.0
 # Commands the parent itself sends during a run; not counted as protocol work in `redis_commands`.
 _ADMIN_COMMANDS = {
@@ -73,124 +71,7 @@ _ADMIN_COMMANDS = {
 }  # fmt: skip
 
 
-class LiveWarning(UserWarning):
-    """Live settings that run but measure mostly the machine (timers near the OS's scheduling jitter)."""
-
-
-@dataclass(frozen=True)
-class LiveSettings:
-    """The policy's protocol parameters, in real milliseconds after time scaling."""
-
-    kind: str  # "lease" or "timeout"
-    lock_ms: int | None  # PX set by take (None: a lock without expiry, or none at all)
-    set_lock: bool
-    fenced: bool
-    renewal: dict[str, Any] | None
-    sweep_kind: str  # two_phase, single_phase, reap
-    sweep_ms: int
-    swept_by: str
-    max_stalled: int | None
-    timeout_ms: int | None
-
-    @classmethod
-    def from_policy(cls, policy: ReclaimPolicy, time_scale: float) -> LiveSettings:
-        def real(name: str, ms: int) -> int:
-            scaled = round(ms * time_scale)
-            if scaled < MIN_TIMER_MS:
-                raise ConfigError(
-                    f"{name} {ms / 1000:g} s x time_scale {time_scale:g} = {ms * time_scale:.3g} ms real; live "
-                    f"timers need >= {MIN_TIMER_MS} ms: raise --time-scale or the setting"
-                )
-            return scaled
-
-        _check_steps(policy)
-        if isinstance(policy, LeasePolicy):
-            rule = policy.renewal
-            if rule is None or rule.per_job:
-                raise ConfigError(
-                    "live mode runs one lock-manager timer per worker; per_job renewal is sim-only"
-                )
-            lease = real("lease", policy.lease_ms)
-            tick = real("renewal tick", rule.tick_ms)
-            renewal = {
-                "lease_ms": lease,
-                "tick_ms": tick,
-                "min_age_ms": round(rule.min_age_ms * time_scale),
-                "strict": rule.strict,
-                "after_reply": rule.after_reply,
-                "recreate_missing": rule.recreate_missing,
-                "track_by": rule.track_by,
-            }
-            if policy.lazy_fail:
-                raise ConfigError("live mode fails jobs past max_stalled at the sweep; lazy_fail is sim-only")
-            return cls(
-                kind="lease",
-                lock_ms=lease,
-                set_lock=True,
-                fenced=True,
-                renewal=renewal,
-                sweep_kind="two_phase" if policy.two_phase else "single_phase",
-                sweep_ms=real("scan", policy.sweep_interval_ms),
-                swept_by=policy.swept_by,
-                max_stalled=policy.max_stalled,
-                timeout_ms=None,
-            )
-        if isinstance(policy, TimeoutPolicy):
-            return cls(
-                kind="timeout",
-                lock_ms=None,
-                set_lock=policy.fenced,
-                fenced=policy.fenced,
-                renewal=None,
-                sweep_kind="reap",
-                sweep_ms=real("scan", policy.sweep_interval_ms),
-                swept_by=policy.swept_by,
-                max_stalled=policy.max_stalled,
-                timeout_ms=real("timeout", policy.timeout_ms),
-            )
-        raise ConfigError(
-            f"live mode runs LeasePolicy or TimeoutPolicy (their Lua scripts), got {type(policy).__name__}"
-        )
-
-
-def _check_steps(policy: ReclaimPolicy) -> None:
-    """A subclass that changes a server-side step has no Lua script: refuse rather than run the base's."""
-    base = LeasePolicy if isinstance(policy, LeasePolicy) else TimeoutPolicy
-    for step in ("take", "renew", "finish", "sweep"):
-        if isinstance(policy, base) and getattr(type(policy), step) is not getattr(base, step):
-            raise ConfigError(
-                f"{type(policy).__name__} overrides {step}(); live mode can only run the stock steps as Lua"
-            )
-
-
-# -- the parent's view of its processes ----------------------------------------------------------------------
-@dataclass
-class Proc:
-    """One worker (or reaper) process and what the parent did to it (real times)."""
-
-    wid: int | None
-    popen: subprocess.Popen[bytes]
-    role: str
-    log_path: Path | None = None
-    buffer: bytes = b""
-    ready: bool = False
-    state: str = "alive"
-    timeline: list[tuple[float, str]] = field(default_factory=list)  # (real time, state from then on)
-    counts: dict[str, int] = field(default_factory=dict)
-    open_eof: bool = True
-    started: bool = False
-
-    def state_at(self, t: float) -> str:
-        state = "alive"
-        for when, s in self.timeline:
-            if when <= t:
-                state = s
-            else:
-                break
-        return state
-
-
-class LiveRun:
+class LiveRun(FaultInjection):
     """One live run. Build it, call `run()` once."""
 
     def __init__(
@@ -478,164 +359,6 @@ class LiveRun:
         elif kind == "sweep":
             self.settled += len(ev["failed"])
 
-    # -- faults --------------------------------------------------------------------------------------------
-    def job_started(self, proc: Proc, job: int, started: float) -> None:
-        for i, fault in enumerate(self.job_faults.get(job, ())):
-            rng = self._rng("job_faults", job, i)
-            after = to_ms(float(as_distribution(fault.after, "after").sample(rng, 1)[0])) / 1000
-            self.at(started + after * self.scale, lambda f=fault, r=rng, w=proc.wid: self.apply(w, f, r))
-
-    def apply(self, wid: int, fault: Crash | Freeze | Block, rng: Any) -> None:
-        if isinstance(fault, Crash):
-            self.crash(wid, fault.restart_after)
-        else:
-            duration = to_ms(float(as_distribution(fault.duration, "duration").sample(rng, 1)[0])) / 1000
-            if isinstance(fault, Block):
-                self.block(wid, duration)
-            else:
-                self.freeze(wid, duration)
-
-    def block(self, wid: int, duration_s: float) -> None:
-        """The worker's event loop is blocked (a busy loop in the process) for `duration_s` scenario s."""
-        proc = self.procs[wid]
-        if proc.state != "alive":
-            return
-        self.send(proc, f"block {duration_s * self.scale:.6f}")
-        now = time.time()
-        proc.state = "blocked"
-        proc.timeline.append((now, "blocked"))
-        self.worker_events.append((now, wid, "block", f"{duration_s:g} s"))
-
-        def unblock() -> None:
-            if proc.state == "blocked":
-                proc.state = "alive"
-                proc.timeline.append((time.time(), "alive"))
-                self.worker_events.append((time.time(), wid, "unblock", ""))
-
-        self.at(now + duration_s * self.scale, unblock)
-
-    def crash(self, wid: int, restart_after: float | None) -> None:
-        proc = self.procs[wid]
-        if proc.state == "dead":
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.popen.pid, signal.SIGKILL)
-        now = time.time()
-        proc.state = "dead"
-        proc.timeline.append((now, "dead"))
-        self.worker_events.append((now, wid, "crash", ""))
-        proc.popen.wait()
-        self.read_from(proc, final=True)  # everything it wrote before dying
-        self.pump(0)  # and what the others reported so far, before looking at Redis
-        self.reconcile(proc, now)
-        for token, owner in list(self.executing.items()):
-            if owner == wid:
-                del self.executing[token]
-        if restart_after is not None:
-            self.at(now + restart_after * self.scale, self.restart)
-
-    def reconcile(self, proc: Proc, died: float) -> None:
-        """Steps the dead worker ran in Redis but never reported (killed between the reply and the report
-        line, a window of microseconds): recover them from the keys so the records stay complete."""
-        assert self.client is not None
-        x: Any = self.client  # decodes responses: str replies
-        mine = [ev for ev in self.events if ev["w"] == proc.wid]
-        finished = {ev["token"] for ev in mine if ev["e"] == "finished"}
-        accepted_jobs = {ev["job"] for ev in self.events if ev["e"] == "finished" and ev["code"] == 0}
-        for ev in mine:
-            if ev["e"] == "finishing" and ev["token"] not in finished and ev["job"] not in accepted_jobs:
-                lock = x.get(self.keys.lock(ev["job"])) if self.live.fenced else None
-                if lock != ev["token"] and x.sismember(self.keys.completed, ev["job"]):
-                    self.on_event(proc, {**ev, "e": "finished", "r": died, "code": 0, "active": 1})
-        known = {ev["job"] for ev in self.events if ev["e"] == "take" and ev["token"] in self.executing}
-        for job in x.lrange(self.keys.active, 0, -1):
-            if job in known:
-                continue
-            started = x.hget(self.keys.job(job), "processedOn")
-            if self.live.set_lock:
-                token = x.get(self.keys.lock(job))
-                if token is None or not token.startswith(f"{proc.wid}:"):
-                    continue
-            else:  # no lock to tell whose it is: a take of this worker stamped before it died
-                if started is None or int(started) > died * 1000:
-                    continue
-                token = f"{proc.wid}:?{job}"
-            t = int(started) / 1000 if started else died
-            ev = {"e": "take", "w": proc.wid, "job": job, "token": token, "t": t, "s": None}
-            self.events.append(ev)
-            self.synthetic_takes.append(ev)
-
-    def freeze(self, wid: int, duration_s: float) -> None:
-        proc = self.procs[wid]
-        if proc.state != "alive":
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.popen.pid, signal.SIGSTOP)
-        now = time.time()
-        proc.state = "frozen"
-        proc.timeline.append((now, "frozen"))
-        self.worker_events.append((now, wid, "freeze", f"{duration_s:g} s"))
-        self.at(now + duration_s * self.scale, lambda: self.resume(wid))
-
-    def resume(self, wid: int) -> None:
-        proc = self.procs[wid]
-        if proc.state != "frozen":
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.popen.pid, signal.SIGCONT)
-        now = time.time()
-        proc.state = "alive"
-        proc.timeline.append((now, "alive"))
-        self.worker_events.append((now, wid, "resume", ""))
-
-    def restart(self) -> None:
-        """A replacement worker: the ready spare starts now (or the next process to become ready)."""
-        self.restart_requested[self.next_wid] = time.time()
-        self.pending_restarts.append(self.next_wid)
-        self.next_wid += 1
-        self.start_pending()
-
-    def random_faults(self, wid: int, start: float) -> None:
-        faults = self.scenario.random_faults
-        if faults is None:
-            return
-        if faults.crash_rate > 0:
-            rng = self._rng("faults", wid)
-            after = max(0.001, to_ms(rng.exponential(HOUR_S / faults.crash_rate)) / 1000)
-            self.at(start + after * self.scale, lambda: self.crash(wid, faults.restart_after))
-        if faults.freeze_rate > 0:
-            rng = self._rng("faults", wid, 1)
-
-            def next_freeze(when: float) -> None:
-                gap = max(0.001, to_ms(rng.exponential(HOUR_S / faults.freeze_rate)) / 1000)
-                duration = max(0.001, to_ms(float(faults.freeze_duration.sample(rng, 1)[0])) / 1000)
-
-                def fire() -> None:
-                    if self.procs[wid].state == "dead":
-                        return
-                    self.freeze(wid, duration)
-                    next_freeze(time.time() + duration * self.scale)
-
-                self.at(when + gap * self.scale, fire)
-
-            next_freeze(start)
-        if faults.block_rate > 0:
-            block_rng = self._rng("faults", wid, 4)
-
-            def next_block(when: float) -> None:
-                gap = max(0.001, to_ms(block_rng.exponential(HOUR_S / faults.block_rate)) / 1000)
-                duration = max(0.001, to_ms(float(faults.block_duration.sample(block_rng, 1)[0])) / 1000)
-
-                def fire() -> None:
-                    if self.procs[wid].state == "dead":
-                        return
-                    self.block(wid, duration)
-                    next_block(time.time() + duration * self.scale)
-
-                self.at(when + gap * self.scale, fire)
-
-            next_block(start)
-
     def log_tail(self, proc: Proc) -> str:
         try:
             assert proc.log_path is not None
@@ -833,7 +556,7 @@ class LiveRun:
             "failed": int(x.scard(self.keys.failed)),
         }
         self.stop_all()
-        return self.build(end, ended_by)
+        return build_run(self, end, ended_by)
 
     def stop_all(self) -> None:
         """Ask every process to stop, then SIGKILL its process group whatever it did; read its last words."""
@@ -862,166 +585,6 @@ class LiveRun:
             with contextlib.suppress(Exception):
                 assert p.popen.stdout is not None
                 p.popen.stdout.close()
-
-    # -- records -------------------------------------------------------------------------------------------
-    def build(self, end: float, ended_by: str) -> Run:
-        s = self.sim_s
-        procs = self.procs
-        takes = sorted((e for e in self.events if e["e"] == "take"), key=lambda e: e["t"])
-        attempts: list[Attempt] = []
-        by_token: dict[str, Attempt] = {}
-        by_job: dict[str, list[Attempt]] = {}
-        for ev in takes:
-            job = ev["job"]
-            tries = by_job.setdefault(job, [])
-            a = Attempt(
-                job=job,
-                attempt=len(tries) + 1,
-                worker=ev["w"],
-                token=ev["token"],
-                work=self.works_s[int(job)],
-                taken_at=s(ev["t"]),
-                started_at=None if ev["s"] is None else s(ev["s"]),
-            )
-            tries.append(a)
-            attempts.append(a)
-            by_token[a.token] = a
-        lock_events: list[LockEvent] = []
-        lease_s = None if self.live.lock_ms is None else self.live.lock_ms / 1000
-        for ev in self.events:
-            kind = ev["e"]
-            if kind == "finishing" and ev["token"] in by_token:
-                by_token[ev["token"]].finished_at = s(ev["t"])
-            elif kind == "finished" and ev["token"] in by_token:
-                a = by_token[ev["token"]]
-                a.finish_applied_at = s(ev["t"])
-                code = int(ev["code"])
-                a.finish_result = "accepted" if code == 0 else _finish_error(code, a.job)
-                if code == 0 and self.record_locks and self.live.fenced:
-                    lock_events.append(LockEvent(s(ev["t"]), a.job, a.token, "released"))
-            elif kind == "renew" and self.record_locks:
-                failed = set(ev["failed"] or ())
-                for job, token in ev["held"]:
-                    if ev["failed"] is None:
-                        continue  # lost on the (emulated) network: never reached Redis
-                    if job in failed:
-                        lock_events.append(LockEvent(s(ev["t"]), job, token, "renew_failed"))
-                    else:
-                        expires = s(ev["t"] + lease_s) if lease_s is not None else None
-                        lock_events.append(LockEvent(s(ev["t"]), job, token, "renewed", expires))
-        # Reclaims: the n-th reclaim (or failure) of a job ends its n-th attempt (takes and reclaims of a job
-        # alternate), which does not depend on how the processes' clocks interleave.
-        sweeps = []
-        ends: dict[str, int] = {}
-        for ev in sorted((e for e in self.events if e["e"] == "sweep"), key=lambda e: e["t"]):
-            sweeps.append(
-                SweepEvent(
-                    s(ev["t"]),
-                    ev["by"],
-                    ev["skipped"],
-                    tuple(ev["reclaimed"]),
-                    tuple(ev["failed"]),
-                    ev["marked"],
-                )
-            )
-            for job, is_failed in [(j, False) for j in ev["reclaimed"]] + [(j, True) for j in ev["failed"]]:
-                n = ends.get(job, 0)
-                ends[job] = n + 1
-                tries = by_job.get(job, [])
-                if n >= len(tries):
-                    continue
-                a = tries[n]
-                if is_failed:
-                    a.failed_at = s(ev["t"])
-                else:
-                    a.reclaimed_at = s(ev["t"])
-                a.reclaimed_by = ev["by"]
-                a.worker_state_at_reclaim = procs[a.worker].state_at(ev["t"])  # type: ignore[assignment]
-                if self.record_locks and self.live.fenced and self.live.renewal is None:
-                    lock_events.append(LockEvent(s(ev["t"]), job, a.token, "deleted"))
-        # Deaths and the work each attempt did.
-        for a in attempts:
-            proc = procs[a.worker]
-            death = next((t for t, st in proc.timeline if st == "dead"), None)
-            taken_real = self.t0 + a.taken_at * self.scale
-            applied_real = None if a.finish_applied_at is None else self.t0 + a.finish_applied_at * self.scale
-            ended = [t for t in (a.reclaimed_at, a.failed_at) if t is not None]
-            ended_real = self.t0 + min(ended) * self.scale if ended else None
-            if (
-                death is not None
-                and taken_real <= death
-                and (applied_real is None or applied_real > death)
-                and (ended_real is None or ended_real > death)  # a job reclaimed before is not its hostage
-            ):
-                a.died_at = s(death)
-            if death is not None and a.finished_at is not None and applied_real is None:
-                a.finished_at = None  # it sent the finish, but died before Redis ran it
-            if a.finished_at is not None:
-                a.work_done = a.work
-            elif a.started_at is not None:
-                if death is not None and taken_real <= death:  # stopped with its process, reclaimed or not
-                    a.stopped_at = s(death)
-                stop = death if death is not None and a.stopped_at is not None else end
-                a.work_done = min(a.work, self._worked(proc, self.t0 + a.started_at * self.scale, stop))
-        for a in attempts:
-            a.outcome = _outcome(a)
-        _mark_duplicates(attempts)
-        if self.record_locks:
-            for ev in takes:
-                if self.live.set_lock:
-                    expires = s(ev["t"] + lease_s) if lease_s is not None else None
-                    lock_events.append(LockEvent(s(ev["t"]), ev["job"], ev["token"], "set", expires))
-            for t, key in self.evictions:
-                job = self.keys.job_id_of_lock(key)
-                if job is not None:
-                    lock_events.append(LockEvent(s(t), job, None, "evicted", None, "expired"))
-            lock_events = with_expiries(lock_events, s(end), 0.001 / self.scale)
-        # Round trips by kind, from the reports (exact even for killed workers); only the empty polls of
-        # `take` come from the workers' periodic counters.
-        kinds = {"take": "take", "finishing": "finish", "renew": "renew", "sweep": "sweep"}
-        counts = {"poll": sum(p.counts.get("poll", 0) for p in procs.values())}
-        for ev in self.events:
-            kind = kinds.get(ev["e"])
-            if kind is not None and ev not in self.synthetic_takes:
-                counts[kind] = counts.get(kind, 0) + 1
-        return Run(
-            scenario=self.scenario.name,
-            policy={**self.policy.settings(), "mode": "live", "time_scale": self.scale},
-            seed=self.seed,
-            replication=self.replication,
-            end=s(end),
-            ended_by=ended_by,
-            jobs=self.scenario.jobs,
-            arrivals=[s(t) for t in self.arrived],
-            attempts=attempts,
-            worker_events=sorted(
-                (WorkerEvent(s(t), w, k, d) for t, w, k, d in self.worker_events), key=lambda e: e.time
-            ),
-            lock_events=lock_events,
-            sweeps=sweeps,
-            requests=dict(sorted((k, v) for k, v in counts.items() if v)),
-            redis_commands=self.redis_commands,
-            resident_keys_peak=self.resident_peak,
-            final_state=self.final_state,
-        )
-
-    def _worked(self, proc: Proc, start: float, stop: float) -> float:
-        """Scenario seconds the process ran between two real times (frozen spans do not count)."""
-        frozen = 0.0
-        since = None
-        for t, state in proc.timeline:
-            if state == "frozen":
-                since = t
-            elif since is not None:
-                frozen += max(0.0, min(t, stop) - max(since, start))
-                since = None
-        if since is not None:
-            frozen += max(0.0, stop - max(since, start))
-        return max(0.0, stop - start - frozen) / self.scale
-
-
-def _finish_error(code: int, job: str) -> str:
-    return FINISH_ERRORS[code].format(id=job)
 
 
 def run_live(

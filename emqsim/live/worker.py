@@ -49,7 +49,7 @@ LOST = object()  # a request dropped by the emulated network
 SOCKET_TIMEOUT = 5.0
 
 
-class Held:
+class Tracked:
     """A tracked take, keyed by its token: one worker may hold a job twice (a stale take and a new one)."""
 
     __slots__ = ("job", "ts")
@@ -78,8 +78,8 @@ class LiveWorker:
         )
         self.scripts = RawScripts(self.client, cfg["keys"], cfg["shas"])
         self.out_lock = threading.Lock()
-        self.held: dict[str, Held] = {}
-        self.held_lock = threading.Lock()
+        self.tracked: dict[str, Tracked] = {}
+        self.tracked_lock = threading.Lock()
         self.loop = threading.Lock()  # the event loop: held by a blocking (CPU-bound) section
         self.by_job = bool((cfg.get("renewal") or {}).get("track_by") == "job")
         self.counts = {"take": 0, "poll": 0, "renew": 0, "finish": 0, "sweep": 0}
@@ -161,11 +161,11 @@ class LiveWorker:
             takes += 1
             self.count("take")
             started = time.time()
-            with self.held_lock:
+            with self.tracked_lock:
                 if self.by_job:  # a lock manager keyed by job id: a re-take replaces the stale entry
-                    for other in [k for k, h in self.held.items() if h.job == job]:
-                        del self.held[other]
-                self.held[token] = Held(job, int(started * 1000))
+                    for other in [k for k, h in self.tracked.items() if h.job == job]:
+                        del self.tracked[other]
+                self.tracked[token] = Tracked(job, int(started * 1000))
             self.emit("take", job=job, token=token, t=t, s=started)
             threading.Thread(target=self.guard(self.run_job), args=(job, token, slots), daemon=True).start()
 
@@ -193,11 +193,11 @@ class LiveWorker:
             self.cfg.get("remove_on_complete", False),
         )
         self.emit("finished", job=job, token=token, t=t, r=time.time(), code=code, active=active)
-        with self.held_lock:
-            self.held.pop(token, None)
+        with self.tracked_lock:
+            self.tracked.pop(token, None)
             if self.by_job:  # untrackJob(job.id): a fresh copy of the same job stops being renewed too
-                for other in [k for k, h in self.held.items() if h.job == job]:
-                    del self.held[other]
+                for other in [k for k, h in self.tracked.items() if h.job == job]:
+                    del self.tracked[other]
         slots.release()
 
     def lock_manager(self) -> None:
@@ -210,9 +210,9 @@ class LiveWorker:
             self.wait_loop()
             now = time.time()
             now_ms = int(now * 1000)
-            with self.held_lock:
+            with self.tracked_lock:
                 due = []
-                for token, h in self.held.items():
+                for token, h in self.tracked.items():
                     age = now_ms - h.ts
                     if age > rule["min_age_ms"] or (not rule["strict"] and age == rule["min_age_ms"]):
                         h.ts = now_ms
@@ -233,8 +233,8 @@ class LiveWorker:
                             jobs.count(job) == 1
                             or self.client.get(self.scripts.k["prefix"] + job + ":lock") != token
                         ):
-                            with self.held_lock:
-                                self.held.pop(token, None)  # lockRenewalFailed: stop renewing a lost lock
+                            with self.tracked_lock:
+                                self.tracked.pop(token, None)  # lockRenewalFailed: stop renewing a lost lock
             if rule["after_reply"]:
                 self.stopping.wait(tick)
             else:

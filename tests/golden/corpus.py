@@ -17,7 +17,8 @@ from typing import Any
 from emqsim import RESULTS_SCHEMA, LeasePolicy, TimeoutPolicy, simulate, standard
 from emqsim.presets import PRESETS, preset
 from emqsim.scenario import STANDARD
-from emqsim.stats import aggregate, simulate_summary
+from emqsim.stats import aggregate
+from emqsim.summaries import simulate_summary
 
 GOLDEN = Path(__file__).with_name("results.json")
 REPLICATIONS = (0, 1)

@@ -1,0 +1,1 @@
+"""Small, complete examples that the docs include and the tests run."""

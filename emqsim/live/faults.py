@@ -1,0 +1,218 @@
+"""Live fault injection: crashes (SIGKILL), freezes (SIGSTOP/SIGCONT) and blocked event loops, at the
+scenario's times and from the same named random streams as the simulator, scaled to real time."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+import redis
+
+from emqsim.faults import Block, Crash, Freeze, as_distribution
+from emqsim.keys import QueueKeys
+from emqsim.live.records import Proc
+from emqsim.live.settings import LiveSettings
+from emqsim.scenario import Scenario
+from emqsim.units import to_ms
+
+HOUR_S = 3600.0
+
+
+class FaultHost(Protocol):
+    """What fault injection uses of the live run (`LiveRun` is one)."""
+
+    scenario: Scenario
+    scale: float
+    live: LiveSettings
+    keys: QueueKeys
+    client: redis.Redis | None
+    procs: dict[int, Proc]
+    events: list[dict[str, Any]]
+    synthetic_takes: list[dict[str, Any]]
+    worker_events: list[tuple[float, int, str, str]]
+    executing: dict[str, int]
+    job_faults: dict[int, list[Crash | Freeze | Block]]
+    restart_requested: dict[int, float]
+    pending_restarts: list[int]
+    next_wid: int
+
+    def at(self, when: float, action: Callable[..., None]) -> None: ...
+    def send(self, proc: Proc, line: str) -> None: ...
+    def _rng(self, name: str, *index: int) -> np.random.Generator: ...
+    def read_from(self, proc: Proc, final: bool = False) -> None: ...
+    def pump(self, timeout: float) -> None: ...
+    def on_event(self, proc: Proc, ev: dict[str, Any]) -> None: ...
+    def start_pending(self) -> None: ...
+    def apply(self, wid: int, fault: Crash | Freeze | Block, rng: Any) -> None: ...
+    def block(self, wid: int, duration_s: float) -> None: ...
+    def crash(self, wid: int, restart_after: float | None) -> None: ...
+    def reconcile(self, proc: Proc, died: float) -> None: ...
+    def freeze(self, wid: int, duration_s: float) -> None: ...
+    def resume(self, wid: int) -> None: ...
+    def restart(self) -> None: ...
+
+
+class FaultInjection:
+    """The fault side of `LiveRun` (a mixin): what the parent does to its worker processes."""
+
+    def job_started(self: FaultHost, proc: Proc, job: int, started: float) -> None:
+        for i, fault in enumerate(self.job_faults.get(job, ())):
+            rng = self._rng("job_faults", job, i)
+            after = to_ms(float(as_distribution(fault.after, "after").sample(rng, 1)[0])) / 1000
+            self.at(started + after * self.scale, lambda f=fault, r=rng, w=proc.wid: self.apply(w, f, r))
+
+    def apply(self: FaultHost, wid: int, fault: Crash | Freeze | Block, rng: Any) -> None:
+        if isinstance(fault, Crash):
+            self.crash(wid, fault.restart_after)
+        else:
+            duration = to_ms(float(as_distribution(fault.duration, "duration").sample(rng, 1)[0])) / 1000
+            if isinstance(fault, Block):
+                self.block(wid, duration)
+            else:
+                self.freeze(wid, duration)
+
+    def block(self: FaultHost, wid: int, duration_s: float) -> None:
+        """The worker's event loop is blocked (a busy loop in the process) for `duration_s` scenario s."""
+        proc = self.procs[wid]
+        if proc.state != "alive":
+            return
+        self.send(proc, f"block {duration_s * self.scale:.6f}")
+        now = time.time()
+        proc.state = "blocked"
+        proc.timeline.append((now, "blocked"))
+        self.worker_events.append((now, wid, "block", f"{duration_s:g} s"))
+
+        def unblock() -> None:
+            if proc.state == "blocked":
+                proc.state = "alive"
+                proc.timeline.append((time.time(), "alive"))
+                self.worker_events.append((time.time(), wid, "unblock", ""))
+
+        self.at(now + duration_s * self.scale, unblock)
+
+    def crash(self: FaultHost, wid: int, restart_after: float | None) -> None:
+        proc = self.procs[wid]
+        if proc.state == "dead":
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.popen.pid, signal.SIGKILL)
+        now = time.time()
+        proc.state = "dead"
+        proc.timeline.append((now, "dead"))
+        self.worker_events.append((now, wid, "crash", ""))
+        proc.popen.wait()
+        self.read_from(proc, final=True)  # everything it wrote before dying
+        self.pump(0)  # and what the others reported so far, before looking at Redis
+        self.reconcile(proc, now)
+        for token, owner in list(self.executing.items()):
+            if owner == wid:
+                del self.executing[token]
+        if restart_after is not None:
+            self.at(now + restart_after * self.scale, self.restart)
+
+    def reconcile(self: FaultHost, proc: Proc, died: float) -> None:
+        """Steps the dead worker ran in Redis but never reported (killed between the reply and the report
+        line, a window of microseconds): recover them from the keys so the records stay complete."""
+        assert self.client is not None
+        x: Any = self.client  # decodes responses: str replies
+        mine = [ev for ev in self.events if ev["w"] == proc.wid]
+        finished = {ev["token"] for ev in mine if ev["e"] == "finished"}
+        accepted_jobs = {ev["job"] for ev in self.events if ev["e"] == "finished" and ev["code"] == 0}
+        for ev in mine:
+            if ev["e"] == "finishing" and ev["token"] not in finished and ev["job"] not in accepted_jobs:
+                lock = x.get(self.keys.lock(ev["job"])) if self.live.fenced else None
+                if lock != ev["token"] and x.sismember(self.keys.completed, ev["job"]):
+                    self.on_event(proc, {**ev, "e": "finished", "r": died, "code": 0, "active": 1})
+        known = {ev["job"] for ev in self.events if ev["e"] == "take" and ev["token"] in self.executing}
+        for job in x.lrange(self.keys.active, 0, -1):
+            if job in known:
+                continue
+            started = x.hget(self.keys.job(job), "processedOn")
+            if self.live.set_lock:
+                token = x.get(self.keys.lock(job))
+                if token is None or not token.startswith(f"{proc.wid}:"):
+                    continue
+            else:  # no lock to tell whose it is: a take of this worker stamped before it died
+                if started is None or int(started) > died * 1000:
+                    continue
+                token = f"{proc.wid}:?{job}"
+            t = int(started) / 1000 if started else died
+            ev = {"e": "take", "w": proc.wid, "job": job, "token": token, "t": t, "s": None}
+            self.events.append(ev)
+            self.synthetic_takes.append(ev)
+
+    def freeze(self: FaultHost, wid: int, duration_s: float) -> None:
+        proc = self.procs[wid]
+        if proc.state != "alive":
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.popen.pid, signal.SIGSTOP)
+        now = time.time()
+        proc.state = "frozen"
+        proc.timeline.append((now, "frozen"))
+        self.worker_events.append((now, wid, "freeze", f"{duration_s:g} s"))
+        self.at(now + duration_s * self.scale, lambda: self.resume(wid))
+
+    def resume(self: FaultHost, wid: int) -> None:
+        proc = self.procs[wid]
+        if proc.state != "frozen":
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.popen.pid, signal.SIGCONT)
+        now = time.time()
+        proc.state = "alive"
+        proc.timeline.append((now, "alive"))
+        self.worker_events.append((now, wid, "resume", ""))
+
+    def restart(self: FaultHost) -> None:
+        """A replacement worker: the ready spare starts now (or the next process to become ready)."""
+        self.restart_requested[self.next_wid] = time.time()
+        self.pending_restarts.append(self.next_wid)
+        self.next_wid += 1
+        self.start_pending()
+
+    def random_faults(self: FaultHost, wid: int, start: float) -> None:
+        faults = self.scenario.random_faults
+        if faults is None:
+            return
+        if faults.crash_rate > 0:
+            rng = self._rng("faults", wid)
+            after = max(0.001, to_ms(rng.exponential(HOUR_S / faults.crash_rate)) / 1000)
+            self.at(start + after * self.scale, lambda: self.crash(wid, faults.restart_after))
+        if faults.freeze_rate > 0:
+            rng = self._rng("faults", wid, 1)
+
+            def next_freeze(when: float) -> None:
+                gap = max(0.001, to_ms(rng.exponential(HOUR_S / faults.freeze_rate)) / 1000)
+                duration = max(0.001, to_ms(float(faults.freeze_duration.sample(rng, 1)[0])) / 1000)
+
+                def fire() -> None:
+                    if self.procs[wid].state == "dead":
+                        return
+                    self.freeze(wid, duration)
+                    next_freeze(time.time() + duration * self.scale)
+
+                self.at(when + gap * self.scale, fire)
+
+            next_freeze(start)
+        if faults.block_rate > 0:
+            block_rng = self._rng("faults", wid, 4)
+
+            def next_block(when: float) -> None:
+                gap = max(0.001, to_ms(block_rng.exponential(HOUR_S / faults.block_rate)) / 1000)
+                duration = max(0.001, to_ms(float(faults.block_duration.sample(block_rng, 1)[0])) / 1000)
+
+                def fire() -> None:
+                    if self.procs[wid].state == "dead":
+                        return
+                    self.block(wid, duration)
+                    next_block(time.time() + duration * self.scale)
+
+                self.at(when + gap * self.scale, fire)
+
+            next_block(start)
