@@ -15,7 +15,7 @@ from typing import Any, Literal
 # Bumped by every change that alters any simulated result (a fix, a model change). The golden files in
 # tests/golden/ pin the results of each schema, and the sweep cache keys on it, so a stale cache can never
 # serve numbers an older model produced.
-RESULTS_SCHEMA = 3
+RESULTS_SCHEMA = 4
 
 WorkerState = Literal["alive", "frozen", "blocked", "disconnected", "dead"]
 

@@ -460,7 +460,7 @@ class Worker(Client):
         while True:
             if not (yield from self.carry_on()):
                 return
-            now = int(self.env.now)
+            now = fired_at = int(self.env.now)
             due = [(h.job, token) for token, h in self.tracked.items() if rule.due(now, h.ts)]
             if due:
                 for _, token in due:
@@ -476,13 +476,16 @@ class Worker(Client):
             if rule.after_reply:
                 yield self.env.timeout(rule.tick_ms)
             else:
-                # Fixed rate on the original grid; ticks missed while frozen are skipped, not replayed
-                # (Node's setInterval and Erlang's interval timers fire once when the process resumes).
+                # Fixed rate on the original grid; ticks missed while frozen (or while a reply was awaited)
+                # are not replayed: one fires when the process can act again (Node's setInterval and
+                # Erlang's interval timers fire once when the process resumes), the rest are skipped.
                 now = int(self.env.now)
                 next_tick += rule.tick_ms
-                if next_tick <= now:
-                    next_tick += (now - next_tick) // rule.tick_ms * rule.tick_ms + rule.tick_ms
-                yield self.env.timeout(next_tick - now)
+                if next_tick <= fired_at:  # ticks due while frozen before this one fired: it stood for them
+                    next_tick += ((fired_at - next_tick) // rule.tick_ms + 1) * rule.tick_ms
+                if next_tick <= now:  # came due while the reply was awaited (frozen or disconnected then):
+                    next_tick += (now - next_tick) // rule.tick_ms * rule.tick_ms  # it fires once, now
+                yield self.env.timeout(max(0, next_tick - now))
 
     def job_renewer(self, token: str) -> Proc:
         """The naive variant: one timer and one round trip per job."""
