@@ -147,6 +147,29 @@ def test_live_mode_refuses_what_it_cannot_reproduce():
         LiveRun(scenario, lease_policy(), time_scale=SCALE)
     with pytest.raises(ConfigError, match="lazy_fail"):
         LiveRun(standard("fast-dead"), LeasePolicy(LEASE, BEAT, SCAN, lazy_fail=True), time_scale=SCALE)
+    with pytest.raises(ConfigError, match="--without-outages"):
+        LiveRun(standard("production"), lease_policy(), time_scale=SCALE)
+
+
+@pytest.mark.parametrize("name", ["production", "flaky-network"])
+def test_without_outages_keeps_everything_else(name):
+    from emqsim.faults import Outage
+    from emqsim.live.cli import without_outages
+
+    scenario = standard(name)
+    randoms = scenario.random_faults
+    assert (randoms is not None and randoms.outage_rate > 0) or any(
+        isinstance(f, Outage) for f in scenario.faults
+    )
+    stripped = without_outages(scenario)
+    assert not any(isinstance(f, Outage) for f in stripped.faults)
+    assert stripped.random_faults is None or stripped.random_faults.outage_rate == 0
+    same = without_outages(stripped)
+    assert same == stripped  # nothing else to drop
+    assert (stripped.workers, stripped.jobs, stripped.duration, stripped.network) == (
+        scenario.workers, scenario.jobs, scenario.duration, scenario.network,
+    )  # fmt: skip
+    LiveRun(stripped, lease_policy(), time_scale=SCALE)  # accepted by the live mode
 
 
 # -- plumbing -------------------------------------------------------------------------------------------------

@@ -13,11 +13,13 @@ import math
 import sys
 import time
 import warnings
+from dataclasses import replace
 
 from emqsim.errors import ConfigError
+from emqsim.faults import Outage
 from emqsim.policies import LeasePolicy, LeaseWarning, ReclaimPolicy, TimeoutPolicy
 from emqsim.records import Run
-from emqsim.scenario import STANDARD, standard
+from emqsim.scenario import STANDARD, Scenario, standard
 from emqsim.stats import summarize, summary_dict
 
 from .runner import DEFAULT_TIME_SCALE, LiveWarning, run_live
@@ -52,7 +54,13 @@ def add_live_arguments(parser: argparse.ArgumentParser) -> None:
         "--scenario",
         metavar="NAME",
         default="fast-dead",
-        help=f"one of {', '.join(STANDARD)} (default fast-dead)",
+        help=f"one of {', '.join(STANDARD)} (default fast-dead); production and flaky-network include "
+        "connection outages, which only the simulator models: add --without-outages",
+    )
+    parser.add_argument(
+        "--without-outages",
+        action="store_true",
+        help="drop the scenario's connection outages (compare with `emqsim run --scenario NAME --outage-rate 0`)",
     )
     g = parser.add_argument_group("policy (scenario seconds): the lease, or --timeout for the reaper")
     g.add_argument("--lease", metavar="S", help="lock lease (default 30)")
@@ -130,6 +138,8 @@ def main_live(args: argparse.Namespace) -> int:
         raise ConfigError(f"--seed {seed} must be >= 0")
     policy = policy_from_args(args)
     scenario = standard(args.scenario)
+    if args.without_outages:
+        scenario = without_outages(scenario)
     started = time.monotonic()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LiveWarning)
@@ -204,3 +214,13 @@ def format_run(run: Run, real_seconds: float, redis_url: str | None = None) -> s
         + f"; redis commands {run.redis_commands}",
     ]
     return "\n".join(lines)
+
+
+def without_outages(scenario: Scenario) -> Scenario:
+    """The scenario with its connection outages removed (explicit ones and the random ones), which the live
+    mode cannot reproduce; everything else is unchanged."""
+    faults = tuple(f for f in scenario.faults if not isinstance(f, Outage))
+    randoms = scenario.random_faults
+    if randoms is not None and randoms.outage_rate > 0:
+        randoms = replace(randoms, outage_rate=0.0)
+    return scenario.with_(faults=faults, random_faults=randoms)

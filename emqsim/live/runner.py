@@ -130,7 +130,8 @@ class LiveRun(FaultInjection):
         if sim_only or (scenario.random_faults is not None and scenario.random_faults.outage_rate > 0):
             raise ConfigError(
                 "live mode reproduces crashes, freezes and blocked event loops; connection outages and "
-                "sandboxed children's crashes are sim-only: drop them from the scenario"
+                "sandboxed children's crashes are sim-only: drop them from the scenario (for a standard "
+                "scenario: emqsim live --without-outages)"
             )
         self.job_faults: dict[int, list[Crash | Freeze | Block]] = {}
         for fault in scenario.faults:
