@@ -1266,8 +1266,9 @@ def add_explore_arguments(p: Any) -> None:
     p.add_argument("--yes", action="store_true", help="run even if the estimate is over --max-runs")
     p.add_argument(
         "--plot",
-        type=output_path(".png", ".svg"),
-        help="draw each violated property's smallest counterexample (FILE-<property>.png|svg)",
+        type=output_path(".png", ".svg", ".html"),
+        help="draw each violated property's smallest counterexample (FILE-<property>.png|svg, or .html: the "
+        "interactive timeline)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -1342,12 +1343,17 @@ def cmd_explore(args: Any) -> int:
             print(f"(the same run as for {shown[c.coords]})" if c.coords in shown else text_timeline(run))
         shown.setdefault(c.coords, c.property)
         if args.plot:
-            from emqsim.plots import savefig, timeline
-
             path = Path(args.plot)
             out = path.with_name(f"{path.stem}-{c.property}{path.suffix}")
-            title = f"smallest counterexample of {c.property}: {_where(c.point)}"
-            savefig(timeline(run, title=title).figure, out)
+            if out.suffix.lower() == ".html":
+                from emqsim.timeline_html import write_timeline_html
+
+                write_timeline_html(run, out)
+            else:
+                from emqsim.plots import savefig, timeline
+
+                title = f"smallest counterexample of {c.property}: {_where(c.point)}"
+                savefig(timeline(run, title=title).figure, out)
             print(f"wrote {out}", file=sys.stderr)
     return 0
 

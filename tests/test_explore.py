@@ -356,3 +356,27 @@ def test_outage_boundary_follows_the_reconnect_backoff():
     assert first == 10_077
     assert outage_lapses(20.0, since_send / 1000, first / 1000)
     assert not outage_lapses(20.0, since_send / 1000, (first - 1) / 1000)
+
+
+def test_cli_explore_draws_a_counterexample_as_an_interactive_timeline(capsys, tmp_path):
+    from emqsim.timeline_html import timeline_html
+
+    out_file = tmp_path / "ce.html"
+    code = main(
+        ["explore", "--policy", "timeout", "--timeout", "0.6", "--scan", "0.05", "--no-ties",
+         "--fault", "freeze,length=0.5:0.7,offset=0.1", "--plot", str(out_file)]
+    )  # fmt: skip
+    capsys.readouterr()
+    assert code == 0
+    page = (tmp_path / "ce-no_duplicate_completion.html").read_text(encoding="utf-8")
+    assert (
+        page.lstrip().lower().startswith("<!doctype html") and 'src="http' not in page  # self-contained
+    )
+    result = explore(
+        space(
+            TimeoutPolicy(0.6, 0.05), [FaultSpec("freeze", offset=(100, 100), params={"length": (500, 700)})]
+        ),
+        ties=False,
+    )
+    (ce,) = [c for c in result.counterexamples if c.property == "no_duplicate_completion"]
+    assert page == timeline_html(counterexample_run(result, "no_duplicate_completion"))
