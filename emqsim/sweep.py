@@ -25,7 +25,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,6 +112,7 @@ def run_sweep(
     version: str | None = None,
     on_interrupt: Callable[[int, int], None] | None = None,
     on_notice: Callable[[str], None] | None = None,
+    stop_requested: Callable[[], bool] | None = None,
 ) -> SweepResult:
     """Run every cell `replications` times and aggregate each into a row.
 
@@ -121,6 +122,8 @@ def run_sweep(
     cache_dir finished cells are stored here and reused when the same cell is asked for again
     on_interrupt  called with (finished cells, cells) after a Ctrl-C
     on_notice     receives one-line notices (a cache entry recomputed or not stored); default: stderr
+    stop_requested  polled while waiting: True stops the sweep as a Ctrl-C does (a signal handler's
+                  KeyboardInterrupt can be swallowed when it lands in a callback that ignores exceptions)
     """
     from emqsim import __version__
 
@@ -159,15 +162,22 @@ def run_sweep(
         workers = jobs if jobs is not None else (os.cpu_count() or 1)
         if executor is None and (workers <= 1 or len(todo) <= 1):
             for task in todo:
+                if stop_requested is not None and stop_requested():
+                    raise KeyboardInterrupt
                 absorb(run_batch([task]))
         else:
             if executor is None:
                 own_pool = executor = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init)
             batches = _batches(todo, parts=64 * max(1, workers))
             futures = [executor.submit(run_batch, b) for b in batches]
-            for future in as_completed(futures):
-                absorbed.add(id(future))
-                absorb(future.result())
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+                for future in done:
+                    absorbed.add(id(future))
+                    absorb(future.result())
+                if stop_requested is not None and stop_requested():
+                    raise KeyboardInterrupt
     except KeyboardInterrupt:
         complete = False
         with _signals_deferred():

@@ -383,3 +383,23 @@ def test_interrupted_process_pool_returns_promptly(
     assert len(kept) >= 1 and len(result.rows) == len(kept)  # one batch = one single-replication cell
     single = sweep(small_cells(), replications=1)
     assert result.rows == [single.rows[i] for i in kept]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_stop_request_ends_the_sweep_like_ctrl_c(jobs: int) -> None:
+    """A Ctrl-C whose KeyboardInterrupt Python swallowed (it landed in an at-fork hook) still stops the sweep:
+    `stop_requested` is polled while waiting, and what finished is kept."""
+    cells = [Cell(standard("production", jobs=400), LeasePolicy(30, 10, 5))] * 3
+    polls: list[int] = []
+    interrupted: list[tuple[int, int]] = []
+
+    def stop() -> bool:
+        polls.append(1)
+        return len(polls) > 1
+
+    result = run_sweep(
+        cells, replications=50, jobs=jobs, progress=False, stop_requested=stop,
+        on_interrupt=lambda done, total: interrupted.append((done, total)),
+    )  # fmt: skip
+    assert not result.complete and interrupted and interrupted[0][1] == 3
+    assert len(result.rows) == interrupted[0][0] < 3

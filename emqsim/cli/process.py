@@ -50,9 +50,19 @@ class StopSignals:
                 yield self
                 return
             previous = {sig: signal.signal(sig, self) for sig in (signal.SIGINT, signal.SIGTERM)}
+            # The KeyboardInterrupt may land in a callback whose exceptions Python ignores (an at-fork hook):
+            # the sweep then stops by polling `signum`, and that swallowed interrupt is not printed.
+            unraisable = sys.unraisablehook
+
+            def quiet_interrupts(info: Any) -> None:
+                if not (isinstance(info.exc_value, KeyboardInterrupt) and self.signum is not None):
+                    unraisable(info)
+
+            sys.unraisablehook = quiet_interrupts
             try:
                 yield self
             finally:
+                sys.unraisablehook = unraisable
                 for sig, handler in previous.items():
                     # once stopping, the process only saves, reports and exits: a later Ctrl-C must not
                     # kill it by signal on the way out (the exit status says 130 or 143, not -2)
