@@ -20,6 +20,39 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 HERE = Path(__file__).resolve().parent
 
 
+# What every graded cell of assignment 03 needs: each runs alone in a fresh process, so each carries its own
+# copy in the notebook (a student cannot shadow it), and the copies are written once here.
+DETECTOR_CHECKS = """
+import warnings
+from emqsim import Freeze, LeasePolicy, ReclaimPolicy, Scenario, TimeoutPolicy, Uniform, simulate, standard
+from emqsim.grading import as_number
+from emqsim.stats import aggregate, summarize
+
+
+def measure(policy, scenario, replications, seed=0):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        runs = [simulate(scenario, policy, seed=seed, replication=r, record_locks=False) for r in range(replications)]
+    return aggregate([summarize(run) for run in runs])
+
+
+def detector():
+    assert isinstance(AdaptiveDetector, type) and issubclass(AdaptiveDetector, ReclaimPolicy), (
+        "AdaptiveDetector must be a class, a subclass of ReclaimPolicy"
+    )
+    assert not issubclass(AdaptiveDetector, (LeasePolicy, TimeoutPolicy)), (
+        "AdaptiveDetector must be your own detector, not a LeasePolicy or TimeoutPolicy"
+    )
+    made = AdaptiveDetector()
+    assert type(made) is AdaptiveDetector, "AdaptiveDetector() must build an AdaptiveDetector"
+    return made
+
+
+SLOW_ALIVE = standard("slow-alive", duration=900.0, workers=2)
+FAST_DEAD = standard("fast-dead", die_after=1.0, duration=60.0, workers=2)
+"""
+
+
 def _nbgrader(
     grade_id: str, *, grade: bool, solution: bool, locked: bool, points: float | None = None
 ) -> dict:
@@ -995,35 +1028,8 @@ The test builds your detector with its default settings and runs each scenario o
         "q2-basics-tests",
         1,
         ["AdaptiveDetector"],
-        """
-import warnings
-from emqsim import Freeze, LeasePolicy, ReclaimPolicy, Scenario, TimeoutPolicy, Uniform, simulate, standard
-from emqsim.grading import as_number
-from emqsim.stats import aggregate, summarize
-
-
-def measure(policy, scenario, replications, seed=0):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        runs = [simulate(scenario, policy, seed=seed, replication=r, record_locks=False) for r in range(replications)]
-    return aggregate([summarize(run) for run in runs])
-
-
-def detector():
-    assert isinstance(AdaptiveDetector, type) and issubclass(AdaptiveDetector, ReclaimPolicy), (
-        "AdaptiveDetector must be a class, a subclass of ReclaimPolicy"
-    )
-    assert not issubclass(AdaptiveDetector, (LeasePolicy, TimeoutPolicy)), (
-        "AdaptiveDetector must be your own detector, not a LeasePolicy or TimeoutPolicy"
-    )
-    made = AdaptiveDetector()
-    assert type(made) is AdaptiveDetector, "AdaptiveDetector() must build an AdaptiveDetector"
-    return made
-
-
-SLOW_ALIVE = standard("slow-alive", duration=900.0, workers=2)
-FAST_DEAD = standard("fast-dead", die_after=1.0, duration=60.0, workers=2)
-
+        DETECTOR_CHECKS
+        + """
 made = detector()
 assert made.renewal is not None and made.fenced, "keep the heartbeat and the fencing"
 row = measure(made, SLOW_ALIVE, replications=1)
@@ -1090,35 +1096,8 @@ detector must do better (the hidden tests ask for no false reclaim at all, on ot
         "q3-slow-alive-tests",
         3,
         ["AdaptiveDetector"],
-        """
-import warnings
-from emqsim import Freeze, LeasePolicy, ReclaimPolicy, Scenario, TimeoutPolicy, Uniform, simulate, standard
-from emqsim.grading import as_number
-from emqsim.stats import aggregate, summarize
-
-
-def measure(policy, scenario, replications, seed=0):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        runs = [simulate(scenario, policy, seed=seed, replication=r, record_locks=False) for r in range(replications)]
-    return aggregate([summarize(run) for run in runs])
-
-
-def detector():
-    assert isinstance(AdaptiveDetector, type) and issubclass(AdaptiveDetector, ReclaimPolicy), (
-        "AdaptiveDetector must be a class, a subclass of ReclaimPolicy"
-    )
-    assert not issubclass(AdaptiveDetector, (LeasePolicy, TimeoutPolicy)), (
-        "AdaptiveDetector must be your own detector, not a LeasePolicy or TimeoutPolicy"
-    )
-    made = AdaptiveDetector()
-    assert type(made) is AdaptiveDetector, "AdaptiveDetector() must build an AdaptiveDetector"
-    return made
-
-
-SLOW_ALIVE = standard("slow-alive", duration=900.0, workers=2)
-FAST_DEAD = standard("fast-dead", die_after=1.0, duration=60.0, workers=2)
-
+        DETECTOR_CHECKS
+        + """
 mine = measure(detector(), SLOW_ALIVE, replications=5)
 timeout = measure(TimeoutPolicy(60.0), SLOW_ALIVE, replications=5)
 print(f"false reclaims: yours {mine['false_reclaims_total']}, TimeoutPolicy(60) {timeout['false_reclaims_total']}")
@@ -1142,35 +1121,8 @@ be faster on every seed the grader tries (hidden: crashes at other moments of th
         "q4-fast-dead-tests",
         3,
         ["AdaptiveDetector"],
-        """
-import warnings
-from emqsim import Freeze, LeasePolicy, ReclaimPolicy, Scenario, TimeoutPolicy, Uniform, simulate, standard
-from emqsim.grading import as_number
-from emqsim.stats import aggregate, summarize
-
-
-def measure(policy, scenario, replications, seed=0):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        runs = [simulate(scenario, policy, seed=seed, replication=r, record_locks=False) for r in range(replications)]
-    return aggregate([summarize(run) for run in runs])
-
-
-def detector():
-    assert isinstance(AdaptiveDetector, type) and issubclass(AdaptiveDetector, ReclaimPolicy), (
-        "AdaptiveDetector must be a class, a subclass of ReclaimPolicy"
-    )
-    assert not issubclass(AdaptiveDetector, (LeasePolicy, TimeoutPolicy)), (
-        "AdaptiveDetector must be your own detector, not a LeasePolicy or TimeoutPolicy"
-    )
-    made = AdaptiveDetector()
-    assert type(made) is AdaptiveDetector, "AdaptiveDetector() must build an AdaptiveDetector"
-    return made
-
-
-SLOW_ALIVE = standard("slow-alive", duration=900.0, workers=2)
-FAST_DEAD = standard("fast-dead", die_after=1.0, duration=60.0, workers=2)
-
+        DETECTOR_CHECKS
+        + """
 mine = measure(detector(), FAST_DEAD, replications=10)
 timeout = measure(TimeoutPolicy(600.0), FAST_DEAD, replications=10)
 print(f"mean detection: yours {mine['detection_latency_mean_s']:.1f} s, TimeoutPolicy(600) {timeout['detection_latency_mean_s']:.1f} s")
@@ -1201,35 +1153,8 @@ than the standard lease (30 s, renewed every 10 s) does on the same seeds.
         "q5-robust-tests",
         2,
         ["AdaptiveDetector"],
-        """
-import warnings
-from emqsim import Freeze, LeasePolicy, ReclaimPolicy, Scenario, TimeoutPolicy, Uniform, simulate, standard
-from emqsim.grading import as_number
-from emqsim.stats import aggregate, summarize
-
-
-def measure(policy, scenario, replications, seed=0):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        runs = [simulate(scenario, policy, seed=seed, replication=r, record_locks=False) for r in range(replications)]
-    return aggregate([summarize(run) for run in runs])
-
-
-def detector():
-    assert isinstance(AdaptiveDetector, type) and issubclass(AdaptiveDetector, ReclaimPolicy), (
-        "AdaptiveDetector must be a class, a subclass of ReclaimPolicy"
-    )
-    assert not issubclass(AdaptiveDetector, (LeasePolicy, TimeoutPolicy)), (
-        "AdaptiveDetector must be your own detector, not a LeasePolicy or TimeoutPolicy"
-    )
-    made = AdaptiveDetector()
-    assert type(made) is AdaptiveDetector, "AdaptiveDetector() must build an AdaptiveDetector"
-    return made
-
-
-SLOW_ALIVE = standard("slow-alive", duration=900.0, workers=2)
-FAST_DEAD = standard("fast-dead", die_after=1.0, duration=60.0, workers=2)
-
+        DETECTOR_CHECKS
+        + """
 frozen = standard("frozen", freeze_for=45.0, freeze_after=5.0, duration=120.0, workers=2)
 row = measure(detector(), frozen, replications=3)
 assert row["duplicate_completions_total"] == 0, "a frozen worker's job completed twice: is the finish still fenced?"
