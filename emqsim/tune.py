@@ -406,7 +406,9 @@ def build_candidates(space: SearchSpace) -> list[Candidate]:
     return out
 
 
-def predict(c: Candidate, w: Workload, limits: Limits, pauses: np.ndarray) -> None:
+def predict(
+    c: Candidate, w: Workload, limits: Limits, pauses: np.ndarray, outages: np.ndarray | None = None
+) -> None:
     """Closed-form predictions (emqsim.analytic) for one candidate, with a fixed round trip."""
     rtt = _typical_rtt(w.rtt)
     jobs_per_hour = w.rate * 3600
@@ -441,7 +443,10 @@ def predict(c: Candidate, w: Workload, limits: Limits, pauses: np.ndarray) -> No
     if w.outage_rate > 0:
         outage_lapse = float(
             np.mean(
-                [analytic.outage_lapse_probability(c.lease_s, rule, d, rtt=rtt) for d in _outage_sample(w)]
+                [
+                    analytic.outage_lapse_probability(c.lease_s, rule, d, rtt=rtt)
+                    for d in (_outage_sample(w) if outages is None else outages)
+                ]
             )
         )
         per_job += w.outage_rate / 3600 * w.duration.mean() * outage_lapse
@@ -997,9 +1002,9 @@ def tune(
     say = say or (lambda _msg: None)
     scenario = workload.scenario()
     candidates = build_candidates(space)
-    pauses = _pause_sample(workload)
+    pauses, outages = _pause_sample(workload), _outage_sample(workload)  # drawn once for every candidate
     for c in candidates:
-        predict(c, workload, limits, pauses)
+        predict(c, workload, limits, pauses, outages)
         prune(c, limits)
     bound = max_runs(candidates, space, verify)
     say(
