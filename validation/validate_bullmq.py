@@ -826,7 +826,9 @@ def _replay_summary(jobs: Sequence[JobRecord], lease: float, match: float = 0.00
         error = min((j.stalled_at - c for c in candidates), key=abs)
         errors.append(error)
         runs = [_sweep_run(j, c) for c in candidates]
-        if abs(error) <= match or any(sent - match <= j.stalled_at <= replied + match for sent, replied in runs):
+        if abs(error) <= match or any(
+            sent - match <= j.stalled_at <= replied + match for sent, replied in runs
+        ):
             matched += 1
         else:
             unmatched.append({"queue": j.queue, "error_ms": round(error * 1000, 1), "runs": runs})
