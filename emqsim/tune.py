@@ -15,7 +15,11 @@ How the search works:
      feasible) and its contenders get more replications, all on the same seeds (common random numbers:
      a run's seeds derive from (seed, replication) only), until every contender is either decided
      infeasible or decided not better than the leader by more than the indifference margin, or reaches
-     `max_replications`. The work is bounded: at most candidates x max_replications runs, stated up front.
+     `max_replications`;
+  4. verification on fresh seeds: the race's best runs again on a root seed the search never used,
+     sequentially (`verify_on_fresh_seeds`), and gives way to the next decided-feasible setting if it is not
+     confirmed. The work is bounded: at most candidates x max_replications + 3 x verify_max runs, stated up
+     front.
 
 Intervals (the replication is the unit; one function each, see `rate_interval`, `ratio_interval`,
 `paired_interval`, `bootstrap_interval`):
@@ -71,6 +75,9 @@ DEFAULT_TIMEOUTS = (30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
 TIMEOUT_SCAN = 5.0  # the timeout reaper's scan, as in the standard timeout policy
 PRUNE_FACTOR = 10.0  # prune a candidate whose closed-form false-reclaim rate is this many times the limit
 VERIFY_SEED_OFFSET = 1_000_003  # fresh seeds for the verification runs
+VERIFY_CANDIDATES = (
+    3  # the race's best, then up to two more decided-feasible settings, until one is confirmed
+)
 
 
 # -- what a team measures ---------------------------------------------------------------------------------------
@@ -731,12 +738,30 @@ class TuneResult:
     timeout: Race
     runs: int
     max_runs: int
-    verification: Candidate | None
+    verifications: list[
+        Candidate
+    ]  # fresh-seed measurements, in the order tried (see `verify_on_fresh_seeds`)
     what_would_change: list[str]
+    verify_level: float | None = None  # the two-sided level of every fresh-seed interval
+
+    @property
+    def confirmed(self) -> Candidate | None:
+        """The first setting tried whose fresh-seed runs met every limit, as simulated in the race."""
+        for v in self.verifications:
+            if v.status == "confirmed":
+                return next(c for c in self.candidates if c.label() == v.label() and c.kind == v.kind)
+        return None
 
     @property
     def recommended(self) -> Candidate | None:
-        return self.lease.best
+        """The confirmed setting; without verification (or none confirmed), the race's best."""
+        return self.confirmed or self.lease.best
+
+    @property
+    def verification(self) -> Candidate | None:
+        """The fresh-seed measurement of the recommended setting, if it was verified."""
+        best = self.recommended
+        return next((v for v in self.verifications if best is not None and v.label() == best.label()), None)
 
     def frontier(self) -> list[Candidate]:
         """Simulated lease candidates no other one beats on all three of false reclaims, detection, requests."""
@@ -979,8 +1004,65 @@ def _why_lost(runner_up: Candidate | None, best: Candidate | None, limits: Limit
     return f"{runner_up.label()}: not decided at the requested confidence ({runner_up.reason})"
 
 
-def max_runs(candidates: Sequence[Candidate], space: SearchSpace, verify: int) -> int:
-    return sum(c.status != "pruned" for c in candidates) * space.max_replications + 2 * verify
+def max_runs(candidates: Sequence[Candidate], space: SearchSpace, verify_max: int) -> int:
+    """The most runs a search can take: every candidate left after pruning at its most replications, and
+    the fresh-seed verification of up to VERIFY_CANDIDATES settings at `verify_max` each."""
+    return (
+        sum(c.status != "pruned" for c in candidates) * space.max_replications
+        + VERIFY_CANDIDATES * verify_max
+    )
+
+
+def verification_sizes(verify: int, verify_max: int) -> list[int]:
+    """The fresh-seed replication counts at which a verification looks: verify, 2 verify, 4 verify, ...,
+    ending at `verify_max`."""
+    sizes = []
+    n = verify
+    while verify and n < verify_max:
+        sizes.append(n)
+        n *= 2
+    return sizes + [verify_max] if verify else []
+
+
+def verify_on_fresh_seeds(
+    order: Sequence[Candidate],
+    runner: _Runner,
+    limits: Limits,
+    w: Workload,
+    seed: int,
+    sizes: Sequence[int],
+    say: Callable[[str], None],
+) -> tuple[list[Candidate], float]:
+    """Run settings again on seeds the search never saw, in `order`, until one meets every limit.
+
+    Sequential: each setting gets sizes[0] replications, then more (the next size) while its intervals still
+    straddle a limit; it is confirmed when they meet every limit, refuted when one is decided over a limit,
+    unconfirmed when the last size leaves it open; then the next setting is tried. Every look is a test, so
+    the intervals are Bonferroni-adjusted over all looks that could happen (len(sizes) x len(order), fixed
+    before any fresh run): a setting confirmed this way meets the limits at `limits.confidence`, however many
+    looks it took. Returns the measurements and the level of their intervals."""
+    looks = len(sizes) * len(order)
+    strict = replace(limits, confidence=1 - (1 - limits.confidence) / looks)
+    out = []
+    for k, cand in enumerate(order):
+        key = -(k + 1)
+        fresh = replace(cand, metrics={})
+        verdict, why = "unknown", "no runs"
+        for n in sizes:
+            runner.ensure({key: (cand.policy(), n)}, f"verify {cand.label()}", seed=seed + VERIFY_SEED_OFFSET)
+            measure(fresh, runner.runs_of(key, n), strict, w, seed)
+            verdict, why = check_limits(fresh, strict)
+            if verdict != "unknown":
+                break
+        fresh.status = {"meets": "confirmed", "fails": "refuted"}.get(verdict, "unconfirmed")
+        fresh.reason = (
+            f"fresh seeds (root seed {seed + VERIFY_SEED_OFFSET}), {fresh.replications} runs: {why}"
+        )
+        say(f"verify: {cand.label()} {fresh.status} on {fresh.replications} fresh runs ({why})")
+        out.append(fresh)
+        if verdict == "meets":
+            break
+    return out, strict.level
 
 
 def tune(
@@ -991,14 +1073,17 @@ def tune(
     seed: int = 0,
     jobs: int = 1,
     verify: int = 10,
+    verify_max: int | None = None,
     progress: bool = False,
     say: Callable[[str], None] | None = None,
     executor: Executor | None = None,
 ) -> TuneResult:
     """Search lease, beat and sweep interval (and the best fixed timeout, for comparison); see the module doc.
 
-    `verify` replications of the recommendation run on fresh seeds (seed + 1000003) at the end.
-    Same inputs and seed give the same result with any `jobs`."""
+    At the end the race's best runs again on fresh seeds (seed + 1000003): `verify` replications, doubled while
+    undecided up to `verify_max` (default 8 x verify); if it is not confirmed, the next decided-feasible
+    settings are tried (`verify_on_fresh_seeds`). `verify=0` skips this. Same inputs and seed give the same
+    result with any `jobs`."""
     say = say or (lambda _msg: None)
     scenario = workload.scenario()
     candidates = build_candidates(space)
@@ -1006,11 +1091,15 @@ def tune(
     for c in candidates:
         predict(c, workload, limits, pauses, outages)
         prune(c, limits)
-    bound = max_runs(candidates, space, verify)
+    if verify_max is None:
+        verify_max = 8 * verify
+    if verify and verify_max < verify:
+        raise ConfigError(f"verify_max ({verify_max}) must be at least verify ({verify})")
+    bound = max_runs(candidates, space, verify_max if verify else 0)
     say(
         f"tune: {len(candidates)} candidates, {sum(c.status == 'pruned' for c in candidates)} ruled out by the "
         f"closed forms; at most {bound} runs ({space.min_replications} to {space.max_replications} replications "
-        f"each{f', plus {verify} on fresh seeds' if verify else ''})"
+        f"each{f', plus {verify} to {verify_max} on fresh seeds for up to {VERIFY_CANDIDATES} settings' if verify else ''})"
     )
     indexed = list(enumerate(candidates))
     with _Runner(scenario, seed, jobs, progress, executor) as runner:
@@ -1027,22 +1116,38 @@ def tune(
             "timeout",
             say,
         )
-        verification = None
+        verifications: list[Candidate] = []
+        level = None
         if verify and lease_race.best is not None:
-            best = lease_race.best
-            fresh = replace(
-                best,
-                metrics={},
-                status="verification",
-                reason=f"fresh seeds (root seed {seed + VERIFY_SEED_OFFSET})",
+            others = sorted(
+                (
+                    c
+                    for c in candidates
+                    if c.kind == "lease"
+                    and c is not lease_race.best
+                    and c.metrics
+                    and check_limits(c, limits)[0] == "meets"  # decided feasible (some were then beaten)
+                ),
+                key=lambda c: (objective(c, limits), candidates.index(c)),
             )
-            runner.ensure({-1: (best.policy(), verify)}, "verify", seed=seed + VERIFY_SEED_OFFSET)
-            measure(fresh, runner.runs_of(-1, verify), limits, workload, seed)
-            fresh.reason += "; " + check_limits(fresh, limits)[1]
-            verification = fresh
+            order = [lease_race.best, *others][:VERIFY_CANDIDATES]
+            verifications, level = verify_on_fresh_seeds(
+                order, runner, limits, workload, seed, verification_sizes(verify, verify_max), say
+            )
         runs = runner.count
     result = TuneResult(
-        workload, limits, space, seed, candidates, lease_race, timeout_race, runs, bound, verification, []
+        workload,
+        limits,
+        space,
+        seed,
+        candidates,
+        lease_race,
+        timeout_race,
+        runs,
+        bound,
+        verifications,
+        [],
+        level,
     )
     result.what_would_change = what_would_change(result)
     return result
@@ -1237,9 +1342,26 @@ def report(r: TuneResult) -> str:
                 f"meets every limit; the fastest point estimate, but not separated from the runner-up by "
                 f"{r.space.max_replications} replications (the difference is within the noise)"
             )
+        if r.verifications and r.confirmed is None:
+            state += "; NOT confirmed on fresh seeds (below)"
+        elif r.lease.best is not None and best is not r.lease.best:
+            state = (
+                f"meets every limit; the race's fastest, {r.lease.best.label()}, was not confirmed on fresh "
+                f"seeds, this one was"
+            )
         lines += [f"recommended: {best.label()}", f"  ({state})", _table([_row(best, limits)], header)]
-        if r.verification is not None:
-            lines += [f"on {r.verification.reason}:", _table([_row(r.verification, limits)], header)]
+        if r.verifications:
+            assert r.verify_level is not None
+            vlvl = f"{r.verify_level:.2%}"
+            lines += [
+                f"on fresh seeds (root seed {r.seed + VERIFY_SEED_OFFSET}; sequential, so every interval is at "
+                f"{vlvl}: Bonferroni over the limits and every look that could happen):",
+                _table(
+                    [_row(v, limits) for v in r.verifications],
+                    [h.replace(f"[{lvl}]", f"[{vlvl}]") for h in header],
+                ),
+            ]
+            lines += [f"  {v.label()}: {v.reason}" for v in r.verifications if v.status != "confirmed"]
         lines += ["", f"runner-up: {r.lease.why_runner_up_lost}"]
         lines += [
             "",
@@ -1280,6 +1402,9 @@ def to_json_dict(r: TuneResult) -> dict[str, Any]:
         "decided": r.lease.decided,
         "recommended": best.as_dict() if best else None,
         "verification": r.verification.as_dict() if r.verification else None,
+        "verifications": [v.as_dict() for v in r.verifications],
+        "verify_level": r.verify_level,
+        "confirmed": r.confirmed is not None,
         "runner_up": r.lease.runner_up.as_dict() if r.lease.runner_up else None,
         "why_runner_up_lost": r.lease.why_runner_up_lost,
         "best_timeout": r.timeout.best.as_dict() if r.timeout.best else None,

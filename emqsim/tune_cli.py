@@ -152,7 +152,15 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
         "--max-replications", type=whole(2), help="most replications of one candidate (default 30)"
     )
     s.add_argument(
-        "--verify", type=whole(0), default=10, help="runs of the answer on fresh seeds (default 10)"
+        "--verify",
+        type=whole(0),
+        default=10,
+        help="runs of the answer on fresh seeds, doubled while undecided (default 10; 0 skips the check)",
+    )
+    s.add_argument(
+        "--verify-max",
+        type=whole(1),
+        help="most fresh-seed runs of one setting (default 8 x --verify); up to 3 settings are tried",
     )
     o = p.add_argument_group("output")
     o.add_argument("--jobs", type=whole(1), help="parallel processes (default: all cores; same answer)")
@@ -210,6 +218,10 @@ def build_inputs(args: argparse.Namespace) -> tuple[Workload, Limits, SearchSpac
     wk, lk, sk = load_tune_config(args.config) if args.config else ({}, {}, {})
     if args.duration is not None and args.durations is not None:
         raise ConfigError("--durations: give either --duration SPEC or --durations FILE, not both")
+    if args.verify and args.verify_max is not None and args.verify_max < args.verify:
+        raise ConfigError(
+            f"--verify-max {args.verify_max} is below --verify {args.verify}: give at least as many"
+        )
     flags = {
         "duration": args.duration or (read_durations(args.durations) if args.durations else None),
         "workers": args.workers, "concurrency": args.concurrency, "jobs": args.jobs_per_run,
@@ -243,6 +255,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     say = (lambda msg: print(msg, file=sys.stderr)) if not args.quiet else None
     result = tune(
         workload, limits, space, seed=args.seed, jobs=args.jobs or os.cpu_count() or 1, verify=args.verify,
+        verify_max=args.verify_max,
         progress=not args.quiet and sys.stderr.isatty(), say=say,
     )  # fmt: skip
     if args.json:

@@ -303,20 +303,20 @@ pd.DataFrame([row(c) for c in result.frontier()]).round(3)
 """),
         code("""
 say(f"**Why the runner-up lost:** {result.lease.why_runner_up_lost}.")
-if result.verification is not None:
-    v = result.verification.metrics
+for v in result.verifications:
+    m = v.metrics
     say(
-        f"**On fresh seeds** ({result.verification.replications} replications the search never saw): false "
-        f"reclaims per job {v['false_reclaims'].value:.3g} (upper end {v['false_reclaims'].hi:.3g}), Redis "
-        f"{v['requests_per_s'].value:.2f} requests/s (upper end {v['requests_per_s'].hi:.2f}). The search picks "
-        "the best of many candidates on the same seeds, so its own numbers lean optimistic; these do not."
-        + (
-            f" With {result.verification.replications} replications the upper end of the false-reclaim interval is "
-            f"above the limit of {limits.false_reclaims:g}: the fresh seeds do not confirm the limit (more "
-            "replications would settle it either way; docs/tune.md section 7 says why the search leans optimistic)."
-            if v["false_reclaims"].hi is not None and v["false_reclaims"].hi > limits.false_reclaims
-            else ""
-        )
+        f"**On fresh seeds**, {v.label()}: **{v.status}** after {v.replications} replications the search never "
+        f"saw; false reclaims per job {m['false_reclaims'].value:.3g} (upper end {m['false_reclaims'].hi:.3g}), "
+        f"Redis {m['requests_per_s'].value:.2f} requests/s (upper end {m['requests_per_s'].hi:.2f})."
+    )
+if result.verifications:
+    say(
+        "The search picks the best of many candidates on the same seeds, so its own numbers lean optimistic; "
+        "the fresh runs do not. They are sequential (more replications while an interval straddles a limit, "
+        "then the next setting if this one is not confirmed), so each interval is at "
+        f"{result.verify_level:.2%}: wide enough for every look that could happen."
+        + ("" if result.confirmed is not None else " **No setting was confirmed**: treat the answer as unproven.")
     )
 t = result.timeout.best
 if t is not None:

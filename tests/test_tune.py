@@ -5,6 +5,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,18 +24,24 @@ from emqsim.tune import (
     Limits,
     SearchSpace,
     Workload,
+    _outage_sample,
+    _pause_sample,
+    _Runner,
     build_candidates,
     bullmq_settings,
     check_limits,
     figure,
     longest_safe_outage,
     measure,
+    predict,
     rate_interval,
     read_durations,
     report,
     scenario_toml,
     to_json_dict,
     tune,
+    verification_sizes,
+    verify_on_fresh_seeds,
 )
 
 # Pauses of exactly 8 s, often: a lease lapses iff (time since the last renewal) + 8 s > lease, so with
@@ -100,7 +107,47 @@ def test_tuned_settings_meet_the_limits_on_fresh_seeds(known, small):
 def test_verification_runs_on_a_different_root_seed(small):
     assert small.verification is not None
     assert str(VERIFY_SEED_OFFSET) in small.verification.reason
-    assert small.verification.replications == 6
+    assert small.verification.replications in verification_sizes(6, 48)
+    assert small.verification.status == "confirmed" and small.confirmed is small.recommended
+    strict = replace(
+        SMALL_LIMITS, confidence=1 - (1 - SMALL_LIMITS.confidence) / (4 * len(small.verifications))
+    )
+    assert small.verify_level is not None and small.verify_level >= strict.level  # every look counted
+
+
+def test_verification_sizes_double_up_to_the_most():
+    assert verification_sizes(10, 80) == [10, 20, 40, 80]
+    assert verification_sizes(10, 50) == [10, 20, 40, 50]
+    assert verification_sizes(10, 10) == [10]
+    assert verification_sizes(0, 80) == []
+
+
+def test_a_setting_not_confirmed_on_fresh_seeds_gives_way_to_the_next():
+    """The first setting tried lapses under 8 s pauses (lease 10 s): refuted on fresh seeds; the next (15 s)
+    is confirmed and becomes the answer. The intervals are Bonferroni-adjusted over every possible look."""
+    limits = KNOWN_LIMITS
+    pauses, outages = _pause_sample(KNOWN), _outage_sample(KNOWN)
+    order = []
+    for lease in (10.0, 15.0):
+        c = Candidate("lease", lease, lease / 4, 5.0)
+        predict(c, KNOWN, limits, pauses, outages)
+        order.append(c)
+    said = []
+    with _Runner(KNOWN.scenario(), 0, 1, False) as runner:
+        out, level = verify_on_fresh_seeds(order, runner, limits, KNOWN, 0, [4, 8, 16], said.append)
+    assert [v.status for v in out] == ["refuted", "confirmed"]
+    assert level == pytest.approx(1 - 2 * (1 - limits.confidence) / (3 * 2))
+    assert "false reclaims" in out[0].reason and "over the limit" in out[0].reason
+    assert len(said) == 2 and "refuted" in said[0] and "confirmed" in said[1]
+
+
+def test_report_says_when_nothing_is_confirmed(small):
+    unconfirmed = replace(small.verification, status="unconfirmed", reason="fresh seeds: still open")
+    result = replace(small, verifications=[unconfirmed])
+    assert result.confirmed is None and result.recommended is small.lease.best
+    text = report(result)
+    assert "NOT confirmed on fresh seeds" in text and "still open" in text
+    assert to_json_dict(result)["confirmed"] is False
 
 
 def test_work_is_bounded_and_counted(small, known):
