@@ -18,7 +18,17 @@ from typing import Any
 import numpy as np
 import simpy
 
-from emqsim.faults import Block, ChildCrash, Crash, Freeze, Outage, as_distribution, reconnect_after_ms
+from emqsim.faults import (
+    Block,
+    ChildCrash,
+    Crash,
+    Freeze,
+    Outage,
+    OutageWindow,
+    as_distribution,
+    outage_spans,
+    outage_windows,
+)
 from emqsim.keys import QueueKeys
 from emqsim.ledger import Ledger, finalise
 from emqsim.policies import ReclaimPolicy
@@ -108,9 +118,7 @@ class Simulation:
             if fault.job is not None:
                 self.job_faults.setdefault(fault.job, []).append(fault)
         self.child_crashes = any(isinstance(f, ChildCrash) for f in scenario.faults)
-        self.outages = sorted(
-            (to_ms(f.at), to_ms(f.duration), f.worker) for f in scenario.faults if isinstance(f, Outage)
-        )
+        self.outages = outage_spans(scenario.faults)
 
     def _rng(self, name: str, *index: int) -> np.random.Generator:
         return stream(self.seed, self.replication, name, *index)
@@ -237,36 +245,17 @@ class Simulation:
             duration = max(1, to_ms(float(faults.block_duration.sample(rng, 1)[0])))
             yield from worker.block(duration)
 
-    def _outage_windows(self, worker: Worker, start_ms: int, restarted: bool) -> list[tuple[int, int, int]]:
-        """The worker's connection outages as (disconnected, network back, reconnected) in ms: the scenario's
-        outages for it or for everyone, and its random ones (drawn up to the horizon); overlapping ones
-        merge, and the reconnect follows BullMQ's retry strategy from the disconnect."""
-        spans = [
-            (max(at, start_ms), at + length)
-            for at, length, wid in self.outages
-            if (wid is None or (wid == worker.wid and not restarted)) and at + length > start_ms
-        ]
-        faults = self.scenario.random_faults
-        if faults is not None and faults.outage_rate > 0:
-            rng = self._rng("faults", worker.wid, 3)
-            horizon = to_ms(self.scenario.horizon)
-            mean_gap_s = HOUR_MS / 1000 / faults.outage_rate
-            t = start_ms
-            while True:
-                t += max(1, to_ms(rng.exponential(mean_gap_s)))
-                if t >= horizon:
-                    break
-                length = max(1, to_ms(float(faults.outage_duration.sample(rng, 1)[0])))
-                spans.append((t, t + length))
-        windows: list[tuple[int, int, int]] = []
-        for begin, up in sorted(spans):
-            if windows and begin < windows[-1][2]:
-                first = windows[-1][0]
-                up = max(up, windows[-1][1])
-                windows[-1] = (first, up, first + reconnect_after_ms(up - first))
-            else:
-                windows.append((begin, up, begin + reconnect_after_ms(up - begin)))
-        return windows
+    def _outage_windows(self, worker: Worker, start_ms: int, restarted: bool) -> list[OutageWindow]:
+        """The worker's connection outages (`emqsim.faults.outage_windows`, which the live mode uses too)."""
+        return outage_windows(
+            self.outages,
+            worker.wid,
+            start_ms,
+            restarted,
+            self.scenario.random_faults,
+            to_ms(self.scenario.horizon),
+            lambda: self._rng("faults", worker.wid, 3),
+        )
 
     def _connection_events(self, worker: Worker, windows: list[tuple[int, int, int]]):
         """Records only: when the worker's connection dropped, the network came back, and it reconnected."""

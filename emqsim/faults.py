@@ -10,10 +10,14 @@ worker's connection or every worker's at once (a network blip, a Redis restart),
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+import numpy as np
 
 from emqsim.distributions import Distribution, Fixed
 from emqsim.errors import ConfigError
+from emqsim.units import to_ms
 
 Seconds = float | Distribution
 
@@ -155,6 +159,56 @@ def reconnect_after_ms(down_ms: int) -> int:
         times += 1
         elapsed += reconnect_delay_ms(times)
     return elapsed
+
+
+OutageSpan = tuple[int, int, "int | None"]  # (at, length) in ms, and the worker (None: every worker)
+OutageWindow = tuple[int, int, int]  # (disconnected, network back, reconnected) in ms
+
+
+def outage_spans(faults: Iterable[object]) -> list[OutageSpan]:
+    """A scenario's explicit outages as (at, length, worker or None) in ms, in time order."""
+    return sorted((to_ms(f.at), to_ms(f.duration), f.worker) for f in faults if isinstance(f, Outage))
+
+
+def outage_windows(
+    spans: list[OutageSpan],
+    wid: int,
+    start_ms: int,
+    restarted: bool,
+    random_faults: RandomFaults | None,
+    horizon_ms: int,
+    rng: Callable[[], np.random.Generator],
+) -> list[OutageWindow]:
+    """Worker `wid`'s connection outages as (disconnected, network back, reconnected) in ms, for a worker
+    started at `start_ms`: the scenario's `spans` for it (not for a replacement that took a crashed worker's
+    place: `restarted`) or for everyone, and its random ones drawn from `rng()` (the run's seeded stream
+    ("faults", wid, 3); called only when `random_faults` has outages) up to the horizon; overlapping ones
+    merge, and the reconnect follows BullMQ's retry strategy from the disconnect. The simulator and the live
+    mode both take a worker's windows from here."""
+    found = [
+        (max(at, start_ms), at + length)
+        for at, length, target in spans
+        if (target is None or (target == wid and not restarted)) and at + length > start_ms
+    ]
+    if random_faults is not None and random_faults.outage_rate > 0:
+        draws = rng()
+        mean_gap_s = 3600.0 / random_faults.outage_rate
+        t = start_ms
+        while True:
+            t += max(1, to_ms(draws.exponential(mean_gap_s)))
+            if t >= horizon_ms:
+                break
+            length = max(1, to_ms(float(random_faults.outage_duration.sample(draws, 1)[0])))
+            found.append((t, t + length))
+    windows: list[OutageWindow] = []
+    for begin, up in sorted(found):
+        if windows and begin < windows[-1][2]:
+            first = windows[-1][0]
+            up = max(up, windows[-1][1])
+            windows[-1] = (first, up, first + reconnect_after_ms(up - first))
+        else:
+            windows.append((begin, up, begin + reconnect_after_ms(up - begin)))
+    return windows
 
 
 @dataclass(frozen=True)
