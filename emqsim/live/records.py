@@ -34,14 +34,19 @@ class Proc:
     counts: dict[str, int] = field(default_factory=dict)
     open_eof: bool = True
     started: bool = False
+    outages: list[tuple[float, float]] = field(default_factory=list)  # (disconnected, reconnected), real
 
     def state_at(self, t: float) -> str:
+        """Its state at real time `t`: as the simulator's `Worker.state_at`, an alive worker whose connection
+        is down (between a disconnect and the reconnect) is "disconnected"."""
         state = "alive"
         for when, s in self.timeline:
             if when <= t:
                 state = s
             else:
                 break
+        if state == "alive" and any(begin <= t < back for begin, back in self.outages):
+            return "disconnected"
         return state
 
 

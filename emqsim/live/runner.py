@@ -38,7 +38,7 @@ from typing import Any
 import redis
 
 from emqsim.errors import ConfigError
-from emqsim.faults import Block, ChildCrash, Crash, Freeze, Outage
+from emqsim.faults import Block, ChildCrash, Crash, Freeze, Outage, outage_spans, outage_windows
 from emqsim.keys import QueueKeys
 from emqsim.live.faults import FaultInjection
 from emqsim.live.lua import key_names
@@ -126,13 +126,21 @@ class LiveRun(FaultInjection):
         else:
             gaps = stream(seed, replication, "arrivals").exponential(1 / rate, scenario.jobs)
             self.arrival_s = [ms / 1000 for ms in itertools.accumulate(to_ms(float(g)) for g in gaps)]
-        sim_only = [f for f in scenario.faults if isinstance(f, Outage | ChildCrash)]
-        if sim_only or (scenario.random_faults is not None and scenario.random_faults.outage_rate > 0):
+        if any(isinstance(f, Outage) and f.lost_writes > 0 for f in scenario.faults):
             raise ConfigError(
-                "live mode reproduces crashes, freezes and blocked event loops; connection outages and "
-                "sandboxed children's crashes are sim-only: drop them from the scenario (for a standard "
+                "live mode reproduces connection outages but not a Redis failover that loses writes "
+                "(Outage lost_writes > 0), which is sim-only: drop it from the scenario (for a standard "
                 "scenario: emqsim live --without-outages)"
             )
+        if any(isinstance(f, ChildCrash) for f in scenario.faults):
+            raise ConfigError(
+                "live mode reproduces crashes, freezes, blocked event loops and connection outages; "
+                "sandboxed children's crashes (ChildCrash) are sim-only: drop them from the scenario"
+            )
+        # Connection outages: each worker's windows come from the simulator's own function and streams.
+        self.outage_spans = outage_spans(scenario.faults)
+        rf = scenario.random_faults
+        self.has_outages = bool(self.outage_spans) or (rf is not None and rf.outage_rate > 0)
         self.job_faults: dict[int, list[Crash | Freeze | Block]] = {}
         for fault in scenario.faults:
             if fault.job is not None and not isinstance(fault, Outage | ChildCrash):  # refused above
@@ -242,16 +250,57 @@ class LiveRun(FaultInjection):
             )
         else:
             first_renew, first_sweep = self.phases(wid)
+        outages = self.outages_of(proc, wid, t_go, restarted) if proc.role == "worker" else []
         go = {
             "wid": wid,
             "t0": t_go,
             "first_renew_ms": round(first_renew * self.scale),
             "first_sweep_ms": round(first_sweep * self.scale),
             "seed": int(self._rng("network", wid if wid >= 0 else 10**9).integers(0, 2**31)),
+            "outages": [[begin, back] for begin, _, back in outages],
         }
         self.send(proc, "go " + json.dumps(go))
         if proc.role == "worker":
             self.worker_events.append((t_go, wid, "restart" if restarted else "start", ""))
+
+    def outages_of(
+        self, proc: Proc, wid: int, t_go: float, restarted: bool
+    ) -> list[tuple[float, float, float]]:
+        """The worker's connection outages in real time (disconnected, network back, reconnected), from the
+        simulator's `outage_windows` (same spans, same seeded stream): the worker process holds its requests
+        back while disconnected (its offline queue), and the parent records the connection events. The
+        reaper, as in the simulator, never loses its connection."""
+        if not self.has_outages:
+            return []
+        start_ms = to_ms((t_go - self.t0) / self.scale) if restarted else 0
+        windows = outage_windows(
+            self.outage_spans,
+            wid,
+            start_ms,
+            restarted,
+            self.scenario.random_faults,
+            to_ms(self.scenario.horizon),
+            lambda: self._rng("faults", wid, 3),
+        )
+        real = []
+        for begin_ms, up_ms, back_ms in windows:
+            begin, up, back = (self.t0 + ms / 1000 * self.scale for ms in (begin_ms, up_ms, back_ms))
+            real.append((begin, up, back))
+            down, wait = (up_ms - begin_ms) / 1000, (back_ms - up_ms) / 1000
+            self.connection_event(proc, wid, begin, "disconnect", f"network back in {down:g} s")
+            self.connection_event(proc, wid, up, "network_up", f"reconnect in {wait:g} s")
+            self.connection_event(proc, wid, back, "reconnect", "resending queued commands")
+        proc.outages = [(begin, back) for begin, _, back in real]
+        return real
+
+    def connection_event(self, proc: Proc, wid: int, when: float, kind: str, detail: str) -> None:
+        """Records only, as the simulator's: a connection event of a worker that is not dead by then."""
+
+        def record() -> None:
+            if proc.state != "dead":
+                self.worker_events.append((when, wid, kind, detail))
+
+        self.at(when, record)
 
     def send(self, proc: Proc, line: str) -> None:
         with contextlib.suppress(BrokenPipeError, OSError, ValueError):
@@ -509,7 +558,7 @@ class LiveRun(FaultInjection):
         if reaper is not None:
             self.start(reaper, -1, self.t0)
         for fault in scenario.faults:
-            if fault.worker is not None and fault.at is not None:
+            if fault.worker is not None and fault.at is not None and not isinstance(fault, Outage):
                 self.at(
                     self.t0 + fault.at * self.scale,
                     lambda f=fault: self.apply(f.worker, f, self._rng("faults", f.worker, 2)),

@@ -18,6 +18,14 @@ Threads, as in a BullMQ worker:
 Node runs all of these on one event loop; here `loop` is a lock each thread takes before each step (a timer
 firing, a take, a finish). `block <seconds>` on stdin runs a busy loop holding it, as a CPU-bound job blocks
 Node's loop: the jobs' work goes on, but no renewal, sweep, take or finish is sent until it ends.
+
+Connection outages are emulated on the client side, as ioredis behaves under BullMQ (`maxRetriesPerRequest:
+null`): `go` carries the worker's outage windows (real times: disconnected, reconnected), computed by the
+parent with the simulator's own function; a request sent inside a window waits in an offline queue until
+the reconnect and is then sent, in the order it was queued. A take already waiting for a job when the
+connection drops (a parked blocking take; here the fetcher's polls since before the disconnect) stays
+parked at Redis, as in the simulator: it may take a job during the outage, and the worker reads that reply
+at the reconnect. The connection to the local redis-server itself stays up.
 """
 
 from __future__ import annotations
@@ -93,6 +101,10 @@ class LiveWorker:
         self.command_timeout = float(net.get("command_timeout_s", 1.0))
         self.rng = random.Random(0)
         self.rng_lock = threading.Lock()
+        self.outages: list[tuple[float, float]] = []  # (disconnected, reconnected), real times, from `go`
+        self.offline = threading.Condition()  # the offline queue: requests sent in ticket order
+        self.tickets = 0
+        self.served = 0
 
     # -- reporting ------------------------------------------------------------------------------------------
     def emit(self, event: str, **fields: Any) -> None:
@@ -119,18 +131,52 @@ class LiveWorker:
         with self.rng_lock:
             return self.rng.random() < self.loss
 
-    def request(self, kind: str, fn: Any, *args: Any, retry: bool = True) -> Any:
-        """One round trip; an emulated lost request costs `command_timeout` and is retried unless `retry`
-        is False (renewals), in which case LOST comes back."""
+    def request(self, kind: str, fn: Any, retry: bool = True, offline: bool = True) -> tuple[float, Any]:
+        """One round trip: `fn(t)` sent at real time `t` -> (t, reply). An emulated lost request costs
+        `command_timeout` and is retried unless `retry` is False (renewals), in which case LOST comes back.
+        A request sent while the connection is down waits in the offline queue (`offline=False`: a poll of
+        a take that is parked at Redis, which an outage does not hold back)."""
         while True:
             if self.lost(kind):
                 if kind != "poll":
                     self.count(kind)
                 time.sleep(self.command_timeout)
                 if not retry:
-                    return LOST
+                    return time.time(), LOST
                 continue
-            return fn(*args)
+            if offline:
+                return self.send(fn)
+            t = time.time()
+            return t, fn(t)
+
+    def reconnect_at(self, t: float) -> float | None:
+        """The reconnect ending the outage `t` falls in (None: the connection is up at `t`)."""
+        for begin, back in self.outages:
+            if begin <= t < back:
+                return back
+        return None
+
+    def send(self, fn: Any) -> tuple[float, Any]:
+        """Send `fn(t)` now, or, while disconnected, queue it until the reconnect and send it then, after the
+        requests queued before it (ioredis's offline queue)."""
+        t = time.time()
+        back = self.reconnect_at(t)
+        if back is None:
+            return t, fn(t)
+        with self.offline:
+            ticket = self.tickets
+            self.tickets += 1
+        self.sleep_until(back)
+        with self.offline:
+            while self.served != ticket and not self.stopping.is_set():
+                self.offline.wait(0.05)
+        try:
+            t = time.time()
+            return t, fn(t)
+        finally:
+            with self.offline:
+                self.served += 1
+                self.offline.notify_all()
 
     # -- threads -------------------------------------------------------------------------------------------
     def sleep_until(self, when: float) -> None:
@@ -143,23 +189,29 @@ class LiveWorker:
         slots = threading.Semaphore(self.cfg["concurrency"])
         poll = self.cfg["poll_s"]
         takes = 0
+
+        def take_as(token: str) -> Any:
+            return lambda t: self.scripts.take(token, int(t * 1000), take["lock_ms"], take["set_lock"])
+
         while not self.stopping.is_set():
             slots.acquire()
-            while True:
+            parked = False  # the first take is sent (through the offline queue); the polls after it stand
+            while True:  # for a blocking take parked at Redis, which an outage does not hold back
                 if self.stopping.is_set():
                     return
                 self.wait_loop()
                 token = f"{self.wid}:{takes + 1}"
-                t = time.time()
-                job = self.request(
-                    "take", self.scripts.take, token, int(t * 1000), take["lock_ms"], take["set_lock"]
-                )
+                t, job = self.request("take", take_as(token), offline=not parked)
                 if job is not None:
                     break
+                parked = True
                 self.count("poll")
                 self.stopping.wait(poll)
             takes += 1
             self.count("take")
+            back = self.reconnect_at(t)
+            if back is not None:  # taken while disconnected: the reply is read at the reconnect
+                self.sleep_until(back)
             started = time.time()
             with self.tracked_lock:
                 if self.by_job:  # a lock manager keyed by job id: a re-take replaces the stale entry
@@ -184,15 +236,11 @@ class LiveWorker:
         t = time.time()
         self.emit("finishing", job=job, token=token, t=t)
         self.count("finish")
-        code, active = self.request(
-            "finish",
-            self.scripts.finish,
-            job,
-            token,
-            self.cfg["fenced"],
-            self.cfg.get("remove_on_complete", False),
+        fenced, remove = self.cfg["fenced"], self.cfg.get("remove_on_complete", False)
+        sent, (code, active) = self.request(
+            "finish", lambda _: self.scripts.finish(job, token, fenced, remove)
         )
-        self.emit("finished", job=job, token=token, t=t, r=time.time(), code=code, active=active)
+        self.emit("finished", job=job, token=token, t=sent, r=time.time(), code=code, active=active)
         with self.tracked_lock:
             self.tracked.pop(token, None)
             if self.by_job:  # untrackJob(job.id): a fresh copy of the same job stops being renewed too
@@ -219,11 +267,14 @@ class LiveWorker:
                         due.append((h.job, token))
             if due:
                 self.count("renew")
-                failed = self.request(
-                    "renew", self.scripts.extend_locks, due, lease_ms, rule["recreate_missing"], retry=False
+                recreate = rule["recreate_missing"]
+                sent, failed = self.request(
+                    "renew",
+                    lambda _, d=due, r=recreate: self.scripts.extend_locks(d, lease_ms, r),
+                    retry=False,
                 )
                 lost = failed is LOST
-                self.emit("renew", t=now, held=due, failed=None if lost else failed)
+                self.emit("renew", t=sent, held=due, failed=None if lost else failed)
                 if not lost and failed:
                     jobs = [job for job, _ in due]
                     for job, token in due:
@@ -231,14 +282,24 @@ class LiveWorker:
                         # current value says which take failed
                         if job in failed and (
                             jobs.count(job) == 1
-                            or self.client.get(self.scripts.k["prefix"] + job + ":lock") != token
+                            or self.send(
+                                lambda _, j=job: self.client.get(self.scripts.k["prefix"] + j + ":lock")
+                            )[1]
+                            != token
                         ):
                             with self.tracked_lock:
                                 self.tracked.pop(token, None)  # lockRenewalFailed: stop renewing a lost lock
             if rule["after_reply"]:
                 self.stopping.wait(tick)
             else:
+                # Fixed rate on the original grid; ticks missed while the reply was awaited (a blocked loop,
+                # an outage) are not replayed: one fires at once, the rest are skipped (the simulator's rule).
                 next_tick += tick
+                if next_tick <= now:
+                    next_tick += ((now - next_tick) // tick + 1) * tick
+                late = time.time()
+                if next_tick <= late:
+                    next_tick += (late - next_tick) // tick * tick
                 self.sleep_until(next_tick)
 
     def sweeper(self) -> None:
@@ -248,16 +309,17 @@ class LiveWorker:
         self.sleep_until(self.t0 + self.first_sweep_ms / 1000)
         while not self.stopping.is_set():
             self.wait_loop()
-            t = time.time()
-            now_ms = int(t * 1000)
             self.count("sweep")
             if kind == "reap":
-                reply = self.request(
-                    "sweep", self.scripts.reap, now_ms, sweep["timeout_ms"], sweep["max_stalled"]
+                t, reply = self.request(
+                    "sweep",
+                    lambda t: self.scripts.reap(int(t * 1000), sweep["timeout_ms"], sweep["max_stalled"]),
                 )
             else:
                 fn = self.scripts.sweep_two_phase if kind == "two_phase" else self.scripts.sweep_single_phase
-                reply = self.request("sweep", fn, now_ms, sweep["interval_ms"], sweep["max_stalled"])
+                t, reply = self.request(
+                    "sweep", lambda t, f=fn: f(int(t * 1000), sweep["interval_ms"], sweep["max_stalled"])
+                )
             skipped, reclaimed, failed, marked = reply
             self.emit(
                 "sweep",
@@ -329,6 +391,7 @@ class LiveWorker:
                 self.first_renew_ms = int(go["first_renew_ms"])
                 self.first_sweep_ms = int(go["first_sweep_ms"])
                 self.rng.seed(int(go["seed"]))
+                self.outages = [(float(b), float(r)) for b, r in go.get("outages", ())]
                 self.go.set()
                 self.start_threads()
             elif words[0] == "block" and self.go.is_set():
