@@ -1,0 +1,181 @@
+"""Live mode reproduces connection outages: the same windows as the simulator (`emqsim.faults.outage_windows`),
+emulated on the client side (requests sent while disconnected wait in an offline queue until the reconnect).
+
+Settings: lease 3 s, beat 1 s, scan 1 s at time_scale 0.2, i.e. 600 / 200 / 200 ms real, as tests/test_live.py
+runs lease 30 s at 0.02; each run takes a few seconds. Two workers with concurrency 1 each take one of the two
+equal jobs at once; which job a worker takes is a race in the live mode, so the comparisons are by worker and by
+count, never by job id. Timing assertions are bounds with test_live's margin (150 ms real).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from emqsim import Fixed, LeasePolicy, Scenario, simulate
+from emqsim.errors import ConfigError
+from emqsim.faults import Outage, RandomFaults, reconnect_after_ms
+from emqsim.live import LiveRun, redis_server_path, run_live
+from emqsim.live.cli import without_outages
+from emqsim.live.server import INSTALL_HINT
+from emqsim.stats import summarize
+
+SCALE = 0.2  # 1 scenario second = 200 ms real
+LEASE, BEAT, SCAN = 3.0, 1.0, 1.0  # 600 / 200 / 200 ms real
+MARGIN = 0.75  # scenario seconds = 150 ms real, as test_live's
+WORK = 10.0
+LONG_BACK = 5 + reconnect_after_ms(12000) / 1000  # 23.179 s
+BACK = 5 + reconnect_after_ms(8000) / 1000  # an outage at 5 s of 8 s: BullMQ's backoff reconnects at 15.076 s
+
+
+@pytest.fixture
+def need_redis() -> None:
+    if redis_server_path() is None:
+        if os.environ.get("EMQSIM_REQUIRE_REDIS") == "1":
+            pytest.fail(f"EMQSIM_REQUIRE_REDIS=1 but {INSTALL_HINT}")
+        pytest.skip(INSTALL_HINT)
+
+
+def policy() -> LeasePolicy:
+    return LeasePolicy(lease=LEASE, beat=BEAT, scan=SCAN)
+
+
+def two_jobs(
+    *faults: Outage, random_faults: RandomFaults | None = None, jobs: int = 2, work: float = WORK
+) -> Scenario:
+    return Scenario(
+        name="outage",
+        workers=2,
+        jobs=jobs,
+        duration=Fixed(work),
+        faults=faults,
+        random_faults=random_faults,
+        horizon=300,
+    )
+
+
+def both(scenario: Scenario, seed: int = 0):
+    return run_live(scenario, policy(), time_scale=SCALE, seed=seed), simulate(scenario, policy(), seed=seed)
+
+
+def counts(run) -> tuple[int, int, int, int, int]:
+    s = summarize(run)
+    return (
+        s.reclaims,
+        s.false_reclaims,
+        s.duplicate_executions,
+        s.duplicate_completions,
+        s.finishes_rejected,
+    )
+
+
+def connection_events(run) -> list[tuple[float, int, str]]:
+    kinds = ("disconnect", "network_up", "reconnect")
+    return [(round(e.time, 3), e.worker, e.kind) for e in run.worker_events if e.kind in kinds]
+
+
+@pytest.mark.redis
+def test_a_long_outage_lapses_the_lease_as_the_simulator_says(need_redis):
+    # Worker 0's connection is down from 5 s for 12 s; BullMQ's backoff reconnects it at 23.179 s. Its job's
+    # work ends at 6 s, and the finish waits in the offline queue; so do its renewals: the lock lapses (by
+    # 5 + lease), a sweep of worker 1 reclaims the job (7-10 s) and worker 1, idle since 6 s, takes it again at
+    # once and completes it by 16 s; worker 0's finish reaches Redis at the reconnect and is rejected. (6 s jobs: the re-take never
+    # ties with the end of worker 0's work, so whether the job ran twice at once does not hang on a race.)
+    live, sim = both(two_jobs(Outage(at=5, duration=12, worker=0), work=6.0))
+    for run in (live, sim):
+        reclaimed = [a for a in run.attempts if a.reclaimed_at is not None]
+        assert [(a.worker, a.worker_state_at_reclaim) for a in reclaimed] == [(0, "disconnected")]
+        first = reclaimed[0]
+        assert 5 + LEASE - BEAT - MARGIN <= first.reclaimed_at <= 5 + LEASE + 2 * SCAN + MARGIN
+        assert (
+            first.outcome == "finish_rejected" and first.finish_result == f"Missing lock for job {first.job}"
+        )
+        assert first.finish_applied_at >= LONG_BACK - MARGIN  # sent at the reconnect, not when the work ended
+        again = [a for a in run.attempts if a.job == first.job and a.attempt == 2]
+        assert [(a.worker, a.outcome) for a in again] == [(1, "completed")]
+        assert run.ended_by == "done" and run.final_state["completed"] == 2
+        assert connection_events(run) == [
+            (5.0, 0, "disconnect"),
+            (17.0, 0, "network_up"),
+            (LONG_BACK, 0, "reconnect"),
+        ]
+    assert counts(live) == counts(sim)
+    assert counts(live) == (1, 1, 0, 0, 1)
+
+
+@pytest.mark.redis
+def test_a_short_outage_loses_nothing(need_redis):
+    # Down 0.5 s (reconnected at 1 s): the queued renewal reaches Redis long before the lease lapses.
+    live, sim = both(two_jobs(Outage(at=5, duration=0.5, worker=0)))
+    for run in (live, sim):
+        assert [a.outcome for a in run.attempts] == ["completed", "completed"]
+        assert counts(run) == (0, 0, 0, 0, 0)
+        assert not any(e.kind in ("renew_failed", "expired") for e in run.lock_events)
+        assert connection_events(run) == [
+            (5.0, 0, "disconnect"),
+            (5.5, 0, "network_up"),
+            (6.0, 0, "reconnect"),
+        ]
+        held_by_0 = {a.token for a in run.attempts if a.worker == 0}
+        renewals = sorted(e.time for e in run.lock_events if e.kind == "renewed" and e.token in held_by_0)
+        assert not [t for t in renewals if 5 < t < 6 - 0.01]  # none reached Redis while it was disconnected
+        assert any(6 - 0.01 <= t <= 6 + MARGIN for t in renewals)  # the queued one, at the reconnect
+    assert counts(live) == counts(sim)
+
+
+@pytest.mark.redis
+def test_an_outage_of_every_worker_lapses_every_lease_as_the_simulator_says(need_redis):
+    # A network blip at Redis: every client is down 5 s -> 15.076 s. Nobody can sweep meanwhile (the sweeps are
+    # the workers'), so both jobs are reclaimed after the reconnect, their workers alive again.
+    live, sim = both(two_jobs(Outage(at=5, duration=8)))
+    for run in (live, sim):
+        reclaimed = sorted((a.worker, a.worker_state_at_reclaim) for a in run.attempts if a.reclaimed_at)
+        assert reclaimed == [(0, "alive"), (1, "alive")]
+        assert all(
+            BACK - 0.01 <= a.reclaimed_at <= BACK + 2 * SCAN + MARGIN for a in run.attempts if a.reclaimed_at
+        )
+        assert {(e.worker, e.kind) for e in run.worker_events if e.kind == "disconnect"} == {
+            (0, "disconnect"),
+            (1, "disconnect"),
+        }
+    assert counts(live) == counts(sim)
+
+
+@pytest.mark.redis
+def test_random_outages_are_the_simulators_windows(need_redis):
+    # Random outages come from the run's seeded fault stream: the live workers are cut off exactly when the
+    # simulated ones are (nobody crashes, so no worker is replaced), with the same effect on the leases.
+    scenario = two_jobs(
+        random_faults=RandomFaults(outage_rate=300.0, outage_duration=Fixed(8.0)), jobs=4
+    ).with_(horizon=60)
+    live, sim = both(scenario, seed=5)  # worker 1 is cut off 3.3 -> 13.4 s, worker 0 29.9 -> 40.0 s
+    events = connection_events(sim)
+    assert events and connection_events(live) == [e for e in events if e[0] <= live.end]
+    assert counts(live) == counts(sim)
+    live_states = sorted((a.worker, a.worker_state_at_reclaim) for a in live.attempts if a.reclaimed_at)
+    sim_states = sorted((a.worker, a.worker_state_at_reclaim) for a in sim.attempts if a.reclaimed_at)
+    assert live_states == sim_states
+
+
+def test_a_failover_is_refused_with_one_line_naming_without_outages():
+    failover = two_jobs(Outage(at=5, duration=8, lost_writes=2))
+    with pytest.raises(ConfigError, match="--without-outages") as info:
+        LiveRun(failover, policy(), time_scale=SCALE)
+    assert "\n" not in str(info.value) and "failover" in str(info.value)
+    LiveRun(without_outages(failover), policy(), time_scale=SCALE)  # accepted once stripped
+    LiveRun(two_jobs(Outage(at=5, duration=8)), policy(), time_scale=SCALE)  # a plain outage is accepted
+
+
+def test_the_cli_refuses_a_failover_with_exit_2_and_one_line(monkeypatch, capsys):
+    import emqsim.live.cli as live_cli
+    from emqsim.cli.app import main
+
+    failover = two_jobs(Outage(at=5, duration=8, lost_writes=2))
+    monkeypatch.setattr(live_cli, "standard", lambda name: failover)
+    assert (
+        main(["live", "--scenario", "flaky-network", "--lease", "3", "--scan", "1", "--time-scale", "0.2"])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--without-outages" in err and "failover" in err
