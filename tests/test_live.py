@@ -142,13 +142,15 @@ def test_blocked_event_loop_loses_a_working_workers_job_as_the_simulator_says(ne
 def test_live_mode_refuses_what_it_cannot_reproduce():
     from emqsim.faults import Outage
 
-    scenario = Scenario(workers=2, jobs=1, duration=Fixed(10), faults=(Outage(at=1, duration=5),))
+    scenario = Scenario(
+        workers=2, jobs=1, duration=Fixed(10), faults=(Outage(at=1, duration=5, lost_writes=2),)
+    )
     with pytest.raises(ConfigError, match="sim-only"):
         LiveRun(scenario, lease_policy(), time_scale=SCALE)
     with pytest.raises(ConfigError, match="lazy_fail"):
         LiveRun(standard("fast-dead"), LeasePolicy(LEASE, BEAT, SCAN, lazy_fail=True), time_scale=SCALE)
     with pytest.raises(ConfigError, match="--without-outages"):
-        LiveRun(standard("production"), lease_policy(), time_scale=SCALE)
+        LiveRun(scenario, lease_policy(), time_scale=SCALE)
 
 
 @pytest.mark.parametrize("name", ["production", "flaky-network"])

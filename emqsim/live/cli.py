@@ -41,7 +41,8 @@ def add_live_arguments(parser: argparse.ArgumentParser) -> None:
     """The `live` subcommand's flags (values are checked by `main_live`, which raises ConfigError)."""
     parser.description = (
         "Run one scenario under one policy with real worker processes on a real Redis: a crash is SIGKILL, "
-        "a freeze SIGSTOP/SIGCONT. Records are reported in the scenario's seconds, like the simulator's."
+        "a freeze SIGSTOP/SIGCONT, an outage an offline queue in the worker. Records are reported in the "
+        "scenario's seconds, like the simulator's."
     )
     parser.epilog = LIVE_EXAMPLES
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -54,13 +55,15 @@ def add_live_arguments(parser: argparse.ArgumentParser) -> None:
         "--scenario",
         metavar="NAME",
         default="fast-dead",
-        help=f"one of {', '.join(STANDARD)} (default fast-dead); production and flaky-network include "
-        "connection outages, which only the simulator models: add --without-outages",
+        help=f"one of {', '.join(STANDARD)} (default fast-dead); connection outages are reproduced by "
+        "holding each worker's requests back while its connection is down (a failover, which loses writes, "
+        "is sim-only: --without-outages drops it)",
     )
     parser.add_argument(
         "--without-outages",
         action="store_true",
-        help="drop the scenario's connection outages (compare with `emqsim run --scenario NAME --outage-rate 0`)",
+        help="drop the scenario's connection outages, failovers included (live mode refuses only failovers; "
+        "compare with `emqsim run --scenario NAME --outage-rate 0`)",
     )
     g = parser.add_argument_group("policy (scenario seconds): the lease, or --timeout for the reaper")
     g.add_argument("--lease", metavar="S", help="lock lease (default 30)")
@@ -217,8 +220,8 @@ def format_run(run: Run, real_seconds: float, redis_url: str | None = None) -> s
 
 
 def without_outages(scenario: Scenario) -> Scenario:
-    """The scenario with its connection outages removed (explicit ones and the random ones), which the live
-    mode cannot reproduce; everything else is unchanged."""
+    """The scenario with its connection outages removed (explicit ones, failovers among them, and the random
+    ones); everything else is unchanged. The live mode reproduces outages but refuses failovers."""
     faults = tuple(f for f in scenario.faults if not isinstance(f, Outage))
     randoms = scenario.random_faults
     if randoms is not None and randoms.outage_rate > 0:
