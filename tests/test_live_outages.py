@@ -37,8 +37,8 @@ def need_redis() -> None:
         pytest.skip(INSTALL_HINT)
 
 
-def policy() -> LeasePolicy:
-    return LeasePolicy(lease=LEASE, beat=BEAT, scan=SCAN)
+def policy(lease: float = LEASE) -> LeasePolicy:
+    return LeasePolicy(lease=lease, beat=BEAT, scan=SCAN)
 
 
 def two_jobs(
@@ -55,8 +55,9 @@ def two_jobs(
     )
 
 
-def both(scenario: Scenario, seed: int = 0):
-    return run_live(scenario, policy(), time_scale=SCALE, seed=seed), simulate(scenario, policy(), seed=seed)
+def both(scenario: Scenario, seed: int = 0, lease: float = LEASE):
+    live = run_live(scenario, policy(lease), time_scale=SCALE, seed=seed)
+    return live, simulate(scenario, policy(lease), seed=seed)
 
 
 def counts(run) -> tuple[int, int, int, int, int]:
@@ -106,8 +107,10 @@ def test_a_long_outage_lapses_the_lease_as_the_simulator_says(need_redis):
 
 @pytest.mark.redis
 def test_a_short_outage_loses_nothing(need_redis):
-    # Down 0.5 s (reconnected at 1 s): the queued renewal reaches Redis long before the lease lapses.
-    live, sim = both(two_jobs(Outage(at=5, duration=0.5, worker=0)))
+    # Down 0.5 s (reconnected at 1 s): the queued renewal reaches Redis long before the lease lapses. A 5 s
+    # lease here: the last renewal before the outage came after 4 s, so the lock holds until after 9 s, 3 s
+    # (600 ms real) after the reconnect; with 3 s that margin was 1 s (200 ms real), which a loaded box missed.
+    live, sim = both(two_jobs(Outage(at=5, duration=0.5, worker=0)), lease=5.0)
     for run in (live, sim):
         assert [a.outcome for a in run.attempts] == ["completed", "completed"]
         assert counts(run) == (0, 0, 0, 0, 0)
