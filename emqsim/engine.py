@@ -30,7 +30,7 @@ from emqsim.faults import (
     outage_windows,
 )
 from emqsim.keys import QueueKeys
-from emqsim.ledger import Ledger, finalise
+from emqsim.ledger import AttemptDraft, Ledger
 from emqsim.policies import ReclaimPolicy
 from emqsim.records import Attempt, Run, WorkerEvent, with_expiries
 from emqsim.scenario import Scenario
@@ -147,7 +147,7 @@ class Simulation:
         ):
             self.done.succeed()
 
-    def worker_crashed(self, worker: Worker, stopped: list[Attempt]) -> None:
+    def worker_crashed(self, worker: Worker, stopped: list[AttemptDraft]) -> None:
         if worker.restart_after_ms is not None:
             self.env.process(self._restart(worker.restart_after_ms))
         if self.job_sink is not None:
@@ -167,25 +167,19 @@ class Simulation:
             self._try_close(job_id)
 
     def _try_close(self, job_id: str) -> None:
-        """Hand a settled job to the sink if none of its attempts can change any more: each one's finish was
-        applied at Redis, or its worker is dead with no finish on the way; and a crash that left the job
-        held was detected or outlived by a completion (else its hostage time runs to the end of the run)."""
-        attempts = self.ledger.job_attempts[job_id]
-        workers = self.workers
-        for a in attempts:
-            if a.finish_applied_at is None and (a.finished_at is not None or workers[a.worker].state != DEAD):
-                return
-        if not any(a.finish_result == "accepted" for a in attempts) and any(
-            a.died_at is not None and a.detection_latency is None for a in attempts
-        ):
+        """Hand a settled job to the sink if none of its attempts can change any more (`Ledger.close_if_final`)."""
+        attempts = self.ledger.close_if_final(job_id, self._worker_dead)
+        if attempts is None:
             return
-        self.ledger.close(job_id)
         self._settled_open.discard(job_id)
         sink = self.job_sink
         assert sink is not None  # jobs are closed only when streaming
         sink(attempts, self._arrival_of.pop(job_id), None)
 
-    def job_started(self, worker: Worker, attempt: Attempt) -> None:
+    def _worker_dead(self, wid: int) -> bool:
+        return self.workers[wid].state == DEAD
+
+    def job_started(self, worker: Worker, attempt: AttemptDraft) -> None:
         if attempt.attempt != 1:
             return
         for i, fault in enumerate(self.job_faults.get(int(attempt.job), ())):
@@ -404,13 +398,13 @@ class Simulation:
             for token, attempt in worker.running.items():
                 ran = worker.ran_ms(token)
                 if ran is not None:
-                    ledger.ran(attempt, max(0, ran) / 1000)
+                    ledger.ran(attempt, ran)
         if self.job_sink is None:
-            finalise(ledger.attempts)
+            attempts = ledger.attempts()
         else:
-            for job_id, attempts in ledger.job_attempts.items():
-                finalise(attempts)
-                self.job_sink(attempts, self._arrival_of[job_id], end_ms / 1000)
+            attempts = []
+            for job_id, final in ledger.open_jobs():
+                self.job_sink(final, self._arrival_of[job_id], end_ms / 1000)
         redis_commands = server.store.commands_executed
         keys = server.keys
         x = server.store.execute
@@ -430,7 +424,7 @@ class Simulation:
             ended_by=ended_by,
             jobs=self.scenario.jobs,
             arrivals=self.arrival_times,
-            attempts=ledger.attempts,
+            attempts=attempts,
             worker_events=self.worker_events,
             lock_events=lock_events,
             sweeps=ledger.sweeps,

@@ -1,4 +1,10 @@
-"""What a run leaves behind: plain, append-only records that statistics, plots and notebooks read.
+"""What a run leaves behind: plain, immutable records that statistics, plots and notebooks read.
+
+Every record is a frozen dataclass, made by one writer, `emqsim.ledger.Ledger`: it keeps a private draft of
+each attempt while the run is in progress and `emqsim.ledger.finalise` turns the drafts into `Attempt`s when
+nothing can change them any more (the simulator and the live mode alike); `WorkerEvent`s are made by the
+simulation (or the live runner) that saw the worker act. Nothing changes a record once made: read the fields
+by name, or copy one with `dataclasses.replace`.
 
 Times are seconds (floats made from the engine's integer milliseconds by one division, so they are exact and
 reproducible). A `Run` hashes to a digest that proves two runs were bit-identical.
@@ -32,9 +38,9 @@ HELD = "held"  # its worker is dead and nothing reclaimed it by the horizon (hos
 OUTCOMES = (COMPLETED, DUPLICATE_COMPLETION, FINISH_REJECTED, RECLAIMED, FAILED, RUNNING, HELD)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Attempt:
-    """One take of a job. Server-side times (`taken_at`, `reclaimed_at`, `finish_applied_at`) are when Redis
+    """One take of a job, final (made by `emqsim.ledger.finalise`, immutable). Server-side times (`taken_at`, `reclaimed_at`, `finish_applied_at`) are when Redis
     executed the step; worker-side times (`started_at`, `finished_at`) are when the worker acted."""
 
     job: str

@@ -20,10 +20,9 @@ import simpy
 
 from emqsim._simpy_fast import clock, replier
 from emqsim.keys import QueueKeys
-from emqsim.ledger import Ledger
+from emqsim.ledger import AttemptDraft, Ledger
 from emqsim.policies import ReclaimPolicy, SweepShortcut
 from emqsim.protocol import FinishReply, Queue, SweepReply
-from emqsim.records import Attempt
 from emqsim.store import KeyStore
 
 LOST = object()  # a reply that never came: the request was lost on the way
@@ -58,7 +57,7 @@ class Connection(Protocol):
 
     def reply_delay(self, now: int, back_ms: int) -> int: ...
 
-    def on_taken(self, job_id: str, attempt: Attempt) -> None: ...
+    def on_taken(self, job_id: str, attempt: AttemptDraft) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -345,7 +344,7 @@ class Server:
         if self.record_locks:
             self.ledger.renewals_lost(held, sent_ms)
 
-    def finish(self, attempt: Attempt, now: int) -> FinishReply:
+    def finish(self, attempt: AttemptDraft, now: int) -> FinishReply:
         reply = self.policy.finish(self.queue, attempt.job, attempt.token, now)
         self.ledger.finish_applied(attempt, now, reply.error)
         if reply.accepted and self.record_locks and self.policy.fenced:
@@ -385,7 +384,7 @@ class Server:
                 self.ledger.lock_restored(now, job_id, token, restored)
         log.clear()
 
-    def fail(self, attempt: Attempt, now: int, reason: str) -> FinishReply:
+    def fail(self, attempt: AttemptDraft, now: int, reason: str) -> FinishReply:
         """moveToFinished(failed) by the holder: token-checked; the job goes to `failed`."""
         reply = self.queue.fail(attempt.job, attempt.token, check_token=self.policy.fenced)
         failed = reply.accepted and reply.was_active
@@ -412,7 +411,7 @@ class Server:
     def sweep(self, by: str, now: int) -> SweepReply:
         reply = self.policy.sweep(self.queue, now)
         if not reply.skipped and not self.streaming:  # a sweep turned away by the rate limit: no record
-            self.ledger.sweep(now, by, reply)
+            self.ledger.sweep(now, by, reply.skipped, reply.reclaimed, reply.failed, len(reply.marked))
         for job_id in reply.reclaimed:
             self._reclaimed(job_id, by, now, failed=False)
         for job_id in reply.failed:

@@ -18,9 +18,8 @@ import numpy as np
 import simpy
 
 from emqsim.distributions import Fixed
-from emqsim.ledger import Ledger
+from emqsim.ledger import AttemptDraft, Ledger
 from emqsim.policies import ReclaimPolicy
-from emqsim.records import Attempt
 from emqsim.scenario import Scenario
 from emqsim.server import LOST, Server
 from emqsim.units import to_ms
@@ -44,9 +43,9 @@ class WorkerHost(Protocol):
 
     def attempts_stopped(self, n: int) -> None: ...
 
-    def worker_crashed(self, worker: Worker, stopped: list[Attempt]) -> None: ...
+    def worker_crashed(self, worker: Worker, stopped: list[AttemptDraft]) -> None: ...
 
-    def job_started(self, worker: Worker, attempt: Attempt) -> None: ...
+    def job_started(self, worker: Worker, attempt: AttemptDraft) -> None: ...
 
     def worker_event(self, wid: int, kind: str, detail: str = "") -> None: ...
 
@@ -214,7 +213,7 @@ class Tracked:
 
     __slots__ = ("job", "ts", "attempt")
 
-    def __init__(self, job: str, ts: int, attempt: Attempt) -> None:
+    def __init__(self, job: str, ts: int, attempt: AttemptDraft) -> None:
         self.job = job
         self.ts = ts
         self.attempt = attempt
@@ -233,7 +232,7 @@ class Worker(Client):
         self.frozen_ms = 0  # total time spent frozen, up to the last resume
         self.frozen_since: int | None = None
         # All keyed by token (one per take): the same job can be held twice by one worker, once stale.
-        self.running: dict[str, Attempt] = {}  # taken at Redis, not yet finished from the worker's view
+        self.running: dict[str, AttemptDraft] = {}  # taken at Redis, not yet finished from the worker's view
         self.tracked: dict[str, Tracked] = {}  # the jobs the lock manager renews
         self.started_ms: dict[str, tuple[int, int]] = {}  # token -> (start time, frozen_total at start)
         self.takes = 0
@@ -322,7 +321,7 @@ class Worker(Client):
         return self.frozen_ms + ongoing
 
     # -- called by the server when a take of ours is executed ---------------------------------------------
-    def on_taken(self, job_id: str, attempt: Attempt) -> None:
+    def on_taken(self, job_id: str, attempt: AttemptDraft) -> None:
         if self.state != DEAD:
             self.running[attempt.token] = attempt
             self.sim.attempts_started(1)
@@ -411,7 +410,7 @@ class Worker(Client):
             for other in [t for t, h in self.tracked.items() if h.job == job_id]:
                 del self.tracked[other]
 
-    def _fail(self, attempt: Attempt, token: str, reason: str) -> Proc:
+    def _fail(self, attempt: AttemptDraft, token: str, reason: str) -> Proc:
         """moveToFinished(failed) for a job this worker holds; False if the worker died meanwhile."""
         server = self.sim.server
         ran = self.ran_ms(token)

@@ -258,3 +258,31 @@ def test_the_map_of_the_code_matches_the_tree():
         assert hasattr(classes[cls], method), f"docs/model.md names {cls}.{method}: it does not exist"
     files = re.findall(r"^\d\. \*\*([a-z_]+\.py)\*\*", path, re.M)
     assert len(files) <= 5 and len(set(files)) == len(files)
+
+
+def test_only_the_ledger_writes_attempts():
+    """One writer for records: no module but ledger.py assigns an attempt's facts (the live builder too tells
+    the ledger), and the records handed out are frozen, with the draft's fields in the record's order."""
+    import dataclasses
+
+    from emqsim.ledger import AttemptDraft
+    from emqsim.records import Attempt
+
+    facts = {f.name for f in dataclasses.fields(Attempt)} - {"job", "attempt", "worker", "token", "work"}
+    writers = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AugAssign | ast.AnnAssign)
+                else []
+            )
+            for target in targets:
+                own = isinstance(target, ast.Attribute) and ast.unparse(target.value) == "self"
+                if isinstance(target, ast.Attribute) and target.attr in facts and not own:
+                    writers.add(path.relative_to(PACKAGE).as_posix())
+    assert writers == {"ledger.py"}
+    assert Attempt.__dataclass_params__.frozen
+    assert AttemptDraft.__slots__ == tuple(f.name for f in dataclasses.fields(Attempt) if f.name != "outcome")

@@ -1,6 +1,10 @@
 """Live records: the parent's view of each process, and the `Run` built from what the processes reported.
 
-The finalising rules (outcomes, duplicates, work done) are `emqsim.ledger.finalise`, the simulator's own.
+The records are written by an `emqsim.ledger.Ledger`, the simulator's own writer, counting in scenario seconds
+(`ticks_per_s=1`): this module works out what happened from the reports (which take a reclaim ended, which
+attempts a dead process had taken, the work done between freezes) and tells the ledger, which writes every
+attempt, lock event and sweep and finalises the attempts by the simulator's rules (`emqsim.ledger.finalise`).
+`WorkerEvent`s are made here from what the parent did to the processes.
 """
 
 from __future__ import annotations
@@ -11,11 +15,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from emqsim.keys import QueueKeys
-from emqsim.ledger import finalise
+from emqsim.ledger import AttemptDraft, Ledger
 from emqsim.live.settings import LiveSettings
 from emqsim.policies import ReclaimPolicy
 from emqsim.protocol import FINISH_ERRORS
-from emqsim.records import Attempt, LockEvent, Run, SweepEvent, WorkerEvent, with_expiries
+from emqsim.records import LockEvent, Run, WorkerEvent, with_expiries
 from emqsim.scenario import Scenario
 
 
@@ -77,66 +81,56 @@ class RunFacts(Protocol):
 
 
 def build_run(self: RunFacts, end: float, ended_by: str) -> Run:
-    """The run's records from what the processes reported and what the parent did to them."""
+    """The run's records from what the processes reported and what the parent did to them, written through a
+    `Ledger` that counts in scenario seconds."""
     s = self.sim_s
     procs = self.procs
+    ledger = Ledger(record_locks=self.record_locks, ticks_per_s=1)
+    for index, work in enumerate(self.works_s):
+        ledger.arrived(str(index), work)
     takes = sorted((e for e in self.events if e["e"] == "take"), key=lambda e: e["t"])
-    attempts: list[Attempt] = []
-    by_token: dict[str, Attempt] = {}
-    by_job: dict[str, list[Attempt]] = {}
+    drafts: list[AttemptDraft] = []
+    by_token: dict[str, AttemptDraft] = {}
+    by_job: dict[str, list[AttemptDraft]] = {}
     for ev in takes:
-        job = ev["job"]
-        tries = by_job.setdefault(job, [])
-        a = Attempt(
-            job=job,
-            attempt=len(tries) + 1,
-            worker=ev["w"],
-            token=ev["token"],
-            work=self.works_s[int(job)],
-            taken_at=s(ev["t"]),
-            started_at=None if ev["s"] is None else s(ev["s"]),
-        )
-        tries.append(a)
-        attempts.append(a)
+        a = ledger.taken(ev["job"], ev["w"], ev["token"], s(ev["t"]), worker_dead=False)
+        if ev["s"] is not None:
+            ledger.started(a, s(ev["s"]))
+        by_job.setdefault(a.job, []).append(a)
+        drafts.append(a)
         by_token[a.token] = a
-    lock_events: list[LockEvent] = []
+    locks = self.record_locks
     lease_s = None if self.live.lock_ms is None else self.live.lock_ms / 1000
+    sent_finish: set[str] = set()  # tokens whose worker reported sending the finish
+    applied: set[str] = set()  # tokens whose finish Redis ran
     for ev in self.events:
         kind = ev["e"]
         if kind == "finishing" and ev["token"] in by_token:
-            by_token[ev["token"]].finished_at = s(ev["t"])
+            ledger.finishing(by_token[ev["token"]], s(ev["t"]))
+            sent_finish.add(ev["token"])
         elif kind == "finished" and ev["token"] in by_token:
             a = by_token[ev["token"]]
-            a.finish_applied_at = s(ev["t"])
+            applied.add(a.token)
             code = int(ev["code"])
-            a.finish_result = "accepted" if code == 0 else _finish_error(code, a.job)
-            if code == 0 and self.record_locks and self.live.fenced:
-                lock_events.append(LockEvent(s(ev["t"]), a.job, a.token, "released"))
-        elif kind == "renew" and self.record_locks:
+            ledger.finish_applied(a, s(ev["t"]), None if code == 0 else _finish_error(code, a.job))
+            if code == 0 and locks and self.live.fenced:
+                ledger.lock(s(ev["t"]), a.job, a.token, "released")
+        elif kind == "renew" and locks:
             failed = set(ev["failed"] or ())
             for job, token in ev["held"]:
                 if ev["failed"] is None:
                     continue  # lost on the (emulated) network: never reached Redis
                 if job in failed:
-                    lock_events.append(LockEvent(s(ev["t"]), job, token, "renew_failed"))
+                    ledger.lock(s(ev["t"]), job, token, "renew_failed")
                 else:
                     expires = s(ev["t"] + lease_s) if lease_s is not None else None
-                    lock_events.append(LockEvent(s(ev["t"]), job, token, "renewed", expires))
+                    ledger.lock(s(ev["t"]), job, token, "renewed", expires)
     # Reclaims: the n-th reclaim (or failure) of a job ends its n-th attempt (takes and reclaims of a job
     # alternate), which does not depend on how the processes' clocks interleave.
-    sweeps = []
     ends: dict[str, int] = {}
     for ev in sorted((e for e in self.events if e["e"] == "sweep"), key=lambda e: e["t"]):
-        sweeps.append(
-            SweepEvent(
-                s(ev["t"]),
-                ev["by"],
-                ev["skipped"],
-                tuple(ev["reclaimed"]),
-                tuple(ev["failed"]),
-                ev["marked"],
-            )
-        )
+        now = s(ev["t"])
+        ledger.sweep(now, ev["by"], ev["skipped"], tuple(ev["reclaimed"]), tuple(ev["failed"]), ev["marked"])
         for job, is_failed in [(j, False) for j in ev["reclaimed"]] + [(j, True) for j in ev["failed"]]:
             n = ends.get(job, 0)
             ends[job] = n + 1
@@ -144,49 +138,39 @@ def build_run(self: RunFacts, end: float, ended_by: str) -> Run:
             if n >= len(tries):
                 continue
             a = tries[n]
-            if is_failed:
-                a.failed_at = s(ev["t"])
-            else:
-                a.reclaimed_at = s(ev["t"])
-            a.reclaimed_by = ev["by"]
-            a.worker_state_at_reclaim = procs[a.worker].state_at(ev["t"])  # type: ignore[assignment]
-            if self.record_locks and self.live.fenced and self.live.renewal is None:
-                lock_events.append(LockEvent(s(ev["t"]), job, a.token, "deleted"))
-    # Deaths and the work each attempt did.
-    for a in attempts:
+            ledger.swept(a, ev["by"], now, is_failed, procs[a.worker].state_at(ev["t"]))
+            if locks and self.live.fenced and self.live.renewal is None:
+                ledger.lock(now, job, a.token, "deleted")
+    # Deaths and the work each attempt did (real times, from the reports): a dead process stopped every
+    # attempt it had taken; the ledger judges, from the recorded times, which of their jobs it still held.
+    for ev, a in zip(takes, drafts, strict=True):
         proc = procs[a.worker]
         death = next((t for t, st in proc.timeline if st == "dead"), None)
-        taken_real = self.t0 + a.taken_at * self.scale
-        applied_real = None if a.finish_applied_at is None else self.t0 + a.finish_applied_at * self.scale
-        ended = [t for t in (a.reclaimed_at, a.failed_at) if t is not None]
-        ended_real = self.t0 + min(ended) * self.scale if ended else None
-        if (
-            death is not None
-            and taken_real <= death
-            and (applied_real is None or applied_real > death)
-            and (ended_real is None or ended_real > death)  # a job reclaimed before is not its hostage
-        ):
-            a.died_at = s(death)
-        if death is not None and a.finished_at is not None and applied_real is None:
-            a.finished_at = None  # it sent the finish, but died before Redis ran it
-        if a.finished_at is not None:
-            a.work_done = a.work
-        elif a.started_at is not None:
-            if death is not None and taken_real <= death:  # stopped with its process, reclaimed or not
-                a.stopped_at = s(death)
-            stop = death if death is not None and a.stopped_at is not None else end
-            a.work_done = min(a.work, _worked(proc, self.t0 + a.started_at * self.scale, stop, self.scale))
-    finalise(attempts)
-    if self.record_locks:
+        finished = a.token in sent_finish
+        if death is not None and finished and a.token not in applied:
+            ledger.finish_lost(a)  # it sent the finish, but died before Redis ran it
+            finished = False
+        took = death is not None and ev["t"] <= death
+        worked = None
+        if ev["s"] is not None and not finished:
+            stop = death if death is not None and took else end
+            worked = _worked(proc, ev["s"], stop, self.scale)
+        if death is not None and took:
+            ledger.crashed(a, s(death), worked)
+        elif worked is not None:
+            ledger.ran(a, worked)
+    attempts = ledger.attempts()
+    lock_events: list[LockEvent] = []
+    if locks:
         for ev in takes:
             if self.live.set_lock:
                 expires = s(ev["t"] + lease_s) if lease_s is not None else None
-                lock_events.append(LockEvent(s(ev["t"]), ev["job"], ev["token"], "set", expires))
+                ledger.lock(s(ev["t"]), ev["job"], ev["token"], "set", expires)
         for t, key in self.evictions:
             job = self.keys.job_id_of_lock(key)
             if job is not None:
-                lock_events.append(LockEvent(s(t), job, None, "evicted", None, "expired"))
-        lock_events = with_expiries(lock_events, s(end), 0.001 / self.scale)
+                ledger.lock(s(t), job, None, "evicted", None, "expired")
+        lock_events = with_expiries(ledger.lock_events, s(end), 0.001 / self.scale)
     # Round trips by kind, from the reports (exact even for killed workers); only the empty polls of
     # `take` come from the workers' periodic counters.
     kinds = {"take": "take", "finishing": "finish", "renew": "renew", "sweep": "sweep"}
@@ -209,7 +193,7 @@ def build_run(self: RunFacts, end: float, ended_by: str) -> Run:
             (WorkerEvent(s(t), w, k, d) for t, w, k, d in self.worker_events), key=lambda e: e.time
         ),
         lock_events=lock_events,
-        sweeps=sweeps,
+        sweeps=ledger.sweeps,
         requests=dict(sorted((k, v) for k, v in counts.items() if v)),
         redis_commands=self.redis_commands,
         resident_keys_peak=self.resident_peak,
