@@ -121,7 +121,7 @@ class FencingReport:
         return len(self.corrupted_jobs)
 
 
-def _pauses(run: Run, worker: int) -> list[tuple[float, float]]:
+def worker_pauses(run: Run, worker: int) -> list[tuple[float, float]]:
     """The worker's pauses (freeze -> resume, block -> unblock) as (start, end); an unended one ends at
     `run.end`."""
     out: list[tuple[float, float]] = []
@@ -147,7 +147,7 @@ def check_time(run: Run, attempt: Attempt, gap: float) -> float:
         raise ValueError(f"check_gap must be >= 0, got {gap}")
     start = attempt.started_at if attempt.started_at is not None else attempt.taken_at
     t, left = attempt.finished_at, gap
-    for s, e in reversed(_pauses(run, attempt.worker)):
+    for s, e in reversed(worker_pauses(run, attempt.worker)):
         if s >= t:
             continue
         e = min(e, t)
@@ -237,6 +237,7 @@ __all__ = [
     "check_time",
     "fenced",
     "holds_lock",
+    "worker_pauses",
     "replay",
     "writes",
 ]

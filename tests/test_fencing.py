@@ -173,3 +173,20 @@ def test_the_fenced_store_accepts_strictly_increasing_tokens_and_ends_with_the_h
         assert store.values["job"] == first_highest.value
     else:
         assert store.tokens == {}
+
+
+def test_the_race_timeline_draws_the_stale_write():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from emqsim import plots
+
+    run = simulate(RACE, LeasePolicy(30, 10), seed=1)
+    ax = plots.race_timeline(run, 2.0)
+    texts = [t.get_text() for t in ax.texts]
+    assert "write: corrupts without the check, rejected with it" in texts
+    assert "lock lapses" in texts and texts.count("lock check: mine") == 2
+    assert "1 corrupted without the store's check, 0 with it" in ax.get_title(loc="left")
+    import matplotlib.pyplot as plt
+
+    plt.close(ax.figure)
