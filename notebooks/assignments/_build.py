@@ -1679,7 +1679,14 @@ race_timeline(race_run, CHECK_GAP);
         "04-fencing.ipynb",
         "q7-race-tests",
         2,
-        ["accept", "race_run", "race_corrupted_without", "race_corrupted_with", "stale_check_at", "stale_write_at"],
+        [
+            "accept",
+            "race_run",
+            "race_corrupted_without",
+            "race_corrupted_with",
+            "stale_check_at",
+            "stale_write_at",
+        ],
         """
 from emqsim import LeasePolicy, Run, simulate, standard
 from emqsim.grading import as_number, student_seed
