@@ -404,6 +404,7 @@ def _snapshot() -> dict[tuple[str, str], Any]:
 
     import emqsim
     import emqsim.analytic
+    import emqsim.fencing
     import emqsim.grading
     import emqsim.protocol
     import emqsim.stats  # noqa: F401

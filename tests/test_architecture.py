@@ -50,7 +50,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "emqsim.live.worker",
         ],
     ),
-    ("stats", ["emqsim.stats", "emqsim.analytic"]),
+    ("stats", ["emqsim.stats", "emqsim.analytic", "emqsim.fencing"]),
     ("summaries", ["emqsim.summaries"]),
     (
         "cli/plots",

@@ -5,7 +5,8 @@ stderr) score full marks, under `python -m emqsim grade --against SOURCE` and un
 Every gaming submission is the model solution with one or more answer cells replaced, graded as student "bob";
 the routes are the ones a student who wants the points would take: shadow a helper or a library function the
 tests call, return the values a visible test checks, hand in the library's stock policy or a fixed threshold
-as the "adaptive" detector, copy another student's numbers.
+as the "adaptive" detector, copy another student's numbers, write a fencing check that always accepts or always
+rejects.
 """
 
 from __future__ import annotations
@@ -58,6 +59,47 @@ def _alice_stale() -> str:
         f"stale_worker, stale_finish_at = {stale.worker!r}, {stale.finish_applied_at!r}"
     )
 
+
+def _alice_corruption() -> str:
+    """Assignment 4, question 6: alice's corruption counts, copied as numbers; the check is bob's own."""
+    from emqsim.fencing import accept_all, replay
+
+    seed = student_seed("04-fencing", "alice")
+    scenario = standard("frozen", freeze_for=Uniform(0, 90), freeze_after=5.0, duration=40.0, workers=2)
+    policy = TimeoutPolicy(timeout=60, fenced=True)
+    bare = [
+        replay(simulate(scenario, policy, seed=seed, replication=r), accept_all).corrupted for r in range(40)
+    ]
+    return (
+        f"corrupted_without, corrupted_with = {sum(bare)!r}, 0\n"
+        f"corrupted_runs = {[r for r, n in enumerate(bare) if n]!r}"
+    )
+
+
+# Assignment 4, questions 6 and 7 as the model solution answers them, for the cases that change something above
+FENCING_Q6 = """
+random_pause = standard("frozen", freeze_for=Uniform(0, 90), freeze_after=5.0, duration=40.0, workers=2)
+runs = [simulate(random_pause, TimeoutPolicy(timeout=60, fenced=True), seed=SEED, replication=r) for r in range(40)]
+corrupted_without = sum(replay(run, accept_all).corrupted for run in runs)
+corrupted_with = sum(replay(run, accept).corrupted for run in runs)
+corrupted_runs = [r for r, run in enumerate(runs) if replay(run, accept_all).corrupted > 0]
+"""
+ALWAYS_ACCEPT = "def accept(last_token, token):\n    return True"
+SHADOW_REPLAY = """
+import dataclasses
+
+from emqsim.fencing import replay as library_replay
+
+
+def replay(run, accept, **options):  # a stand-in that never reports corruption when a check is given
+    report = library_replay(run, accept, **options)
+    return report if accept is accept_all else dataclasses.replace(report, corrupted_jobs=())
+"""
+PATCH_STORE = """
+import emqsim.fencing
+
+emqsim.fencing.StoreWrite.stale_overwrite = property(lambda self: False)  # no write ever counts as stale
+"""
 
 FIXED_THRESHOLD = """
 class AdaptiveDetector(ReclaimPolicy):
@@ -169,6 +211,31 @@ CASES: dict[tuple[str, str], tuple[dict[str, str], list[str] | None]] = {
         ["q3-lease-tests"],
     ),
     ("04-fencing", "copied-numbers"): ({"q1-timeout": "@alice_stale"}, ["q1-timeout-tests"]),
+    ("04-fencing", "always-accept"): (
+        {"q5-accept": ALWAYS_ACCEPT},
+        ["q5-accept-tests", "q6-corruption-tests", "q7-race-tests"],
+    ),
+    ("04-fencing", "always-reject"): (
+        {"q5-accept": "def accept(last_token, token):\n    return False"},
+        ["q5-accept-tests", "q6-corruption-tests"],
+    ),
+    ("04-fencing", "visible-answers"): (
+        {
+            "q5-accept": "def accept(last_token, token):\n"
+            "    visible = {(None, 1): True, (1, 2): True, (2, 1): False}\n"
+            "    return visible.get((last_token, token), last_token is None or token >= last_token)"
+        },
+        ["q5-accept-tests"],
+    ),
+    ("04-fencing", "shadow-store-helper"): (
+        {"q5-accept": ALWAYS_ACCEPT, "q6-corruption": SHADOW_REPLAY + FENCING_Q6},
+        ["q6-corruption-tests", "q7-race-tests"],
+    ),
+    ("04-fencing", "shadow-library"): (
+        {"q5-accept": ALWAYS_ACCEPT, "q6-corruption": PATCH_STORE + FENCING_Q6},
+        ["q6-corruption-tests", "q7-race-tests"],
+    ),
+    ("04-fencing", "copied-corruption"): ({"q6-corruption": "@alice_corruption"}, ["q6-corruption-tests"]),
     ("05-missed-heartbeats", "visible-answers"): (
         {
             "q1-losses": "def losses_to_lapse(lease, beat):\n    return {(30.0, 10.0): 3, (30.0, 5.0): 6}.get((lease, beat), 1)",
@@ -214,7 +281,7 @@ CASES: dict[tuple[str, str], tuple[dict[str, str], list[str] | None]] = {
         ["q2-fix-tests"],
     ),
 }
-SPECIALS = {"@alice_ci": _alice_ci, "@alice_stale": _alice_stale}
+SPECIALS = {"@alice_ci": _alice_ci, "@alice_stale": _alice_stale, "@alice_corruption": _alice_corruption}
 SOLUTIONS = [(name, "solution") for name in sorted({a for a, _ in CASES})]
 
 

@@ -7,10 +7,12 @@ seconds, and `savefig` that writes byte-identical SVG/PNG when nothing changed.
     latency_cdf(samples)     detection-latency CDFs with their theoretical bounds
     heatmap(rows)            detection latency and Redis load over a (lease, beat) grid
     freeze_curve(rows)       false reclaims against the length of a stop-the-world freeze
+    race_timeline(run, gap)  a check-then-act worker's stale write, with and without the store's token check
 """
 
 from emqsim.plots.columns import two_columns
 from emqsim.plots.common import policy_label
+from emqsim.plots.fencing import race_timeline
 from emqsim.plots.results import PlainLogFormatter, freeze_curve, frontier, heatmap, latency_cdf
 from emqsim.plots.saving import savefig
 from emqsim.plots.style import GREY, OKABE_ITO, RC, SERIES
@@ -30,6 +32,7 @@ __all__ = [
     "heatmap",
     "latency_cdf",
     "policy_label",
+    "race_timeline",
     "savefig",
     "timeline",
     "two_columns",
