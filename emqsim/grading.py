@@ -39,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -511,10 +511,11 @@ def _check_main() -> None:
     os.dup2(sink.fileno(), 1)
     sys.stdout = sink
     test_id = request["test_id"]
+    write, dumps, leave = os.write, json.dumps, os._exit  # taken before any answer can replace them
 
     def verdict(ok: bool, message: str) -> None:
-        os.write(verdict_fd, (nonce + json.dumps({"ok": ok, "message": message}) + "\n").encode())
-        os._exit(0)
+        write(verdict_fd, (nonce + dumps({"ok": ok, "message": message}) + "\n").encode())
+        leave(0)
 
     try:
         cells = _cells_before(_read(request["notebook"]), test_id)
@@ -548,6 +549,176 @@ def _check_main() -> None:
         verdict(False, _one_line(f"{test_id}: {text}{where}", 400))
     shown = printed.getvalue().strip().splitlines()[:12]
     verdict(True, "\n".join([*shown, f"{test_id}: all checks pass"]))
+
+
+def run_checks_in_order(
+    path: Path | str, calls: Sequence[tuple[str, Sequence[str], str]], *, timeout: float = CHECK_TIMEOUT
+) -> dict[str, CheckResult]:
+    """The verdicts of several test cells' checks (test id, answer names, checks), like `run_checks` for each,
+    from one fresh process: it runs the locked and answer cells once, top to bottom, and at each test cell
+    forks a child that runs that cell's checks. A child starts from exactly the state a fresh process re-running
+    the cells above the test cell would reach, so the verdicts are `run_checks`'s, without re-running the cells
+    (and re-importing the libraries) once per test cell. `timeout` bounds each test cell's checks."""
+    path = Path(path).resolve()
+    if not calls:
+        return {}
+    nonce = os.urandom(16).hex()
+    tests = [{"test_id": t, "names": list(n), "checks": c} for t, n, c in calls]
+    request = json.dumps({"notebook": str(path), "tests": tests, "nonce": nonce, "timeout": timeout})
+    env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore"}
+    env.pop(GRADING_ENV, None)
+    verdicts: dict[str, CheckResult] = {}
+    timed_out = False
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-P",
+                "-c",
+                "from emqsim.grading import _checks_in_order_main; _checks_in_order_main()",
+            ],
+            cwd=path.parent,
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=err,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            proc.stdin.write(request.encode())  # type: ignore[union-attr]
+            proc.stdin.close()  # type: ignore[union-attr]
+            proc.wait(timeout=timeout * (len(calls) + 1))  # each test cell's checks, and the cells once
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            _kill_group(proc)
+        out.seek(0)
+        for line in out.read().decode(errors="replace").splitlines():
+            if line.startswith(nonce):
+                v = json.loads(line[len(nonce) :])
+                verdicts.setdefault(str(v["test_id"]), CheckResult(bool(v["ok"]), str(v["message"])))
+        err.seek(0)
+        lines = err.read().decode(errors="replace").strip().splitlines()
+    tail = f": {_one_line(lines[-1])}" if lines else ""
+    for test_id, _, _ in calls:
+        if test_id not in verdicts:
+            verdicts[test_id] = CheckResult(
+                False,
+                f"{test_id}: the checks did not finish within {timeout:g} s"
+                if timed_out
+                else f"{test_id}: the checks stopped without a verdict (did an answer exit?){tail}",
+            )
+    return verdicts
+
+
+def _checks_in_order_main() -> None:
+    """`run_checks_in_order`'s process: run the locked and answer cells once, in order, and fork a child at each
+    requested test cell that does what `_check_main` does once the cells above it have run."""
+    import warnings
+
+    request = json.loads(sys.stdin.read())
+    nonce = request.pop("nonce")
+    verdict_fd = os.dup(1)
+    sink = open(os.devnull, "w")  # noqa: SIM115 - the answers' own output goes nowhere
+    os.dup2(sink.fileno(), 1)
+    sys.stdout = sink
+    # taken before any answer can replace them
+    write, dumps, leave, fork, waitpid, kill = os.write, json.dumps, os._exit, os.fork, os.waitpid, os.kill
+    monotonic, sleep, nohang, sigkill = time.monotonic, time.sleep, os.WNOHANG, signal.SIGKILL
+    timeout = float(request["timeout"])
+
+    def emit(test_id: str, ok: bool, message: str) -> None:
+        write(verdict_fd, (nonce + dumps({"test_id": test_id, "ok": ok, "message": message}) + "\n").encode())
+
+    todo = {t["test_id"]: t for t in request["tests"]}
+    try:
+        nb = _read(request["notebook"])
+        snap = _snapshot()
+    except Exception as exc:
+        for test_id in todo:
+            emit(
+                test_id,
+                False,
+                _one_line(f"{test_id}: cannot prepare the checks: {type(exc).__name__}: {exc}", 300),
+            )
+        leave(0)
+    warnings.simplefilter("ignore")
+    namespace: dict[str, Any] = {"__name__": "__main__", "get_ipython": _NoShell}
+    raised: tuple[str, BaseException] | None = None  # the first locked or answer cell that raised
+    for index, cell in enumerate(nb.cells):
+        meta = _meta(cell)
+        test_id = meta.get("grade_id")
+        if test_id in todo:
+            test = todo.pop(test_id)
+            if raised is not None:
+                label, exc = raised
+                emit(test_id, False, _one_line(f"{test_id}: {label} raises {type(exc).__name__}: {exc}", 300))
+            else:
+                pid = fork()
+                if pid == 0:  # the child: its verdict, then out (never back into this loop)
+                    try:
+                        _checks_child(
+                            test, namespace, snap, lambda ok, message, t=test_id: emit(t, ok, message)
+                        )
+                    finally:
+                        leave(0)
+                limit = monotonic() + timeout
+                while waitpid(pid, nohang) == (0, 0):
+                    if monotonic() > limit:
+                        kill(pid, sigkill)
+                        waitpid(pid, 0)
+                        emit(test_id, False, f"{test_id}: the checks did not finish within {timeout:g} s")
+                        break
+                    sleep(0.005)
+            if not todo:
+                break
+            continue
+        if raised is not None or cell.get("cell_type") != "code" or is_autograded(cell):
+            continue
+        if is_solution(cell) or is_locked(cell):
+            label = f"cell {test_id or index}"
+            try:
+                exec(compile(_as_python(cell.source), f"<{label}>", "exec"), namespace)
+            except BaseException as exc:  # SystemExit too: an answer may not end the checks
+                raised = (label, exc)
+    for test_id in todo:
+        emit(test_id, False, f"{test_id}: no such test cell in the notebook")
+    leave(0)
+
+
+def _checks_child(
+    test: dict[str, Any],
+    namespace: dict[str, Any],
+    snap: dict[tuple[str, str], Any],
+    verdict: Callable[[bool, str], None],
+) -> None:
+    """In the forked child: check that the answers left the libraries alone and define the names, then run the
+    checks on them (as `_check_main` does)."""
+    import traceback
+
+    test_id = test["test_id"]
+    changed = _changed(snap)
+    if changed is not None:
+        return verdict(
+            False, f"{test_id}: your answer cells change {changed}; answers may not modify Python or emqsim"
+        )
+    missing = [name for name in test["names"] if name not in namespace]
+    if missing:
+        return verdict(
+            False, f"{test_id}: {', '.join(missing)} not defined by the answer cells (run top to bottom)"
+        )
+    scope = {"__name__": "__checks__", **{name: namespace[name] for name in test["names"]}}
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            exec(compile(test["checks"], f"<{test_id} checks>", "exec"), scope)
+    except BaseException as exc:
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith("checks>")]
+        where = f" (check line {frames[-1].lineno})" if frames else ""
+        text = str(exc) if isinstance(exc, AssertionError) and str(exc) else f"{type(exc).__name__}: {exc}"
+        return verdict(False, _one_line(f"{test_id}: {text}{where}", 400))
+    shown = printed.getvalue().strip().splitlines()[:12]
+    return verdict(True, "\n".join([*shown, f"{test_id}: all checks pass"]))
 
 
 # -- grading --------------------------------------------------------------------------------------------------
@@ -985,6 +1156,24 @@ def _score(
     """The grade of every graded cell, and notes on errors outside the test cells."""
     cells: list[CellGrade] = []
     notes: list[str] = []
+    # the checks of every test cell that ran cleanly in the kernel, run outside it in one process
+    wanted = []
+    for index, cell in enumerate(nb.cells):
+        outputs = cell.get("outputs", []) if cell.cell_type == "code" else []
+        if is_autograded(cell) and shell_command(cell.source) is None:
+            ran = cell.get("execution_count") is not None or outputs or index in reply_errors
+            call = _check_call(cell.source)
+            if ran and call is not None and _error_of(outputs, reply_errors.get(index)) is None:
+                wanted.append(call)
+    verdicts: dict[str, CheckResult] = {}
+    if wanted:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise ConfigError(
+                f"{target.name} ran longer than the {time_limit:g} s limit (--time-limit); nothing was graded"
+            )
+        with _environment(env):
+            verdicts = run_checks_in_order(target, wanted, timeout=min(CHECK_TIMEOUT, remaining))
     for index, cell in enumerate(nb.cells):
         meta = _meta(cell)
         outputs = cell.get("outputs", []) if cell.cell_type == "code" else []
@@ -1001,15 +1190,7 @@ def _score(
             error = _error_of(outputs, reply_errors.get(index)) if ran else "did not run"
             call = _check_call(cell.source)
             if error is None and call is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise ConfigError(
-                        f"{target.name} ran longer than the {time_limit:g} s limit (--time-limit); nothing was graded"
-                    )
-                with _environment(env):
-                    result = run_checks(
-                        target, call[0], call[1], call[2], timeout=min(CHECK_TIMEOUT, remaining)
-                    )
+                result = verdicts[call[0]]
                 error = None if result.ok else _one_line(result.message.removeprefix(f"{call[0]}: "), 160)
             if error is not None:
                 cells.append(CellGrade(meta["grade_id"], 0.0, max_points, "fail", error))

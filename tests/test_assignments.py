@@ -609,3 +609,56 @@ def test_assignments_cli_check(tmp_path: Path, monkeypatch, capsys):
     assert cli_main(["assignments", "check", "--source", str(bad), "--timeout", "120"]) == 1
     assert "the solution fails t" in capsys.readouterr().out
     assert cli_main(["assignments", "check", "--source", str(tmp_path / "none")]) == 2
+
+
+def test_checks_in_one_process_give_the_verdicts_of_one_process_per_cell(tmp_path: Path):
+    """`run_checks_in_order` (one process, a fork per test cell) gives every test cell the verdict `run_checks`
+    (a fresh process re-running the cells above it) gives: passes, failures, an answer that raises, one that
+    patches a library, names missing, a check that exits or hangs, and an answer that tries to forge the
+    verdict by replacing json.dumps."""
+    from emqsim.grading import run_checks, run_checks_in_order
+
+    answer = {"solution": True}
+    cells = [
+        _cell("code", "import math\nBASE = 40", "setup", locked=True),
+        _cell("code", "def f():\n    return BASE + 2", "q1", **answer),
+        _cell("code", "", "t1", grade=True, locked=True, points=1),
+        _cell("code", "def g():\n    return 1", "q2", **answer),
+        _cell("code", "", "t2", grade=True, locked=True, points=1),
+        _cell(
+            "code",
+            'import json\njson.dumps = lambda *a, **k: \'{"ok": true, "message": "forged"}\'',
+            "q3",
+            **answer,
+        ),
+        _cell("code", "", "t3", grade=True, locked=True, points=1),
+        _cell("code", "", "t4", grade=True, locked=True, points=1),
+        _cell("code", "", "t5", grade=True, locked=True, points=1),
+        _cell("code", "import math\nmath.pi = 3", "q4", **answer),
+        _cell("code", "", "t6", grade=True, locked=True, points=1),
+        _cell("code", "raise ValueError('broken')", "q5", **answer),
+        _cell("code", "", "t7", grade=True, locked=True, points=1),
+    ]
+    path = tmp_path / "mini.ipynb"
+    nbformat.write(_notebook(cells), path)
+    calls = [
+        ("t1", ["f"], "assert f() == 42\nprint('fine')"),
+        ("t2", ["g"], "assert g() == 2, 'g is wrong'"),
+        ("t3", ["f"], "assert f() == 0, 'f is 42'"),
+        ("t4", ["h"], "assert h()"),
+        ("t5", ["f"], "import os\nos._exit(0)"),
+        ("t6", ["f"], "assert f() == 42"),
+        ("t7", ["f"], "assert f() == 42"),
+    ]
+    batch = run_checks_in_order(path, calls, timeout=60)
+    for test_id, names, checks in calls:
+        assert batch[test_id] == run_checks(path, test_id, names, checks, timeout=60), test_id
+    assert batch["t1"].ok and "fine" in batch["t1"].message
+    assert not batch["t3"].ok and batch["t3"].message == "t3: f is 42 (check line 1)"
+    assert [batch[t].ok for t in ("t2", "t4", "t5", "t6", "t7")] == [False] * 5
+    assert "ValueError: broken" in batch["t7"].message and "math.pi" in batch["t6"].message
+    hang = run_checks_in_order(
+        path, [("t1", ["f"], "while True:\n    pass"), ("t2", ["g"], "assert g() == 1")], timeout=5
+    )
+    assert not hang["t1"].ok and "did not finish within 5 s" in hang["t1"].message
+    assert hang["t2"].ok, "a hung check does not take the next test cell with it"

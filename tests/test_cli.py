@@ -193,13 +193,18 @@ def test_progress_bar_only_on_a_terminal(capsys):
 
 
 def test_ctrl_c_keeps_finished_rows(tmp_path):
-    out_file = tmp_path / "rows.json"
+    out_file, cache = tmp_path / "rows.json", tmp_path / "cache"
     proc = subprocess.Popen(
         [sys.executable, "-m", "emqsim", "sweep", "--replications", "100", "--jobs", "1", "--quiet",
-         "--out", str(out_file), "--json"],
+         "--out", str(out_file), "--json", "--cache", str(cache)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    time.sleep(6)
+    deadline = (
+        time.monotonic() + 300
+    )  # a finished cell lands in the cache: interrupt after the first, however
+    while not (cache.is_dir() and any(cache.glob("*.json"))):  # slow the machine
+        assert proc.poll() is None and time.monotonic() < deadline, "the sweep finished no cell"
+        time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130

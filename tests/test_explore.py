@@ -121,8 +121,9 @@ def test_reaper_detection_is_the_closed_form_to_the_millisecond(lease, beat, sca
 def test_workers_sweeping_detection_against_the_closed_form():
     # Where the closed form's mean is exact (a hand-over of the sweep is over before it can matter), the
     # explored mean equals it and the extremes are the reaper's; the closed form's hi, which allows one
-    # hand-over, is an upper bound that these settings never reach.
-    lease, beat, scan = 0.3, 0.1, 0.05
+    # hand-over, is an upper bound that these settings never reach. (The 0.3 / 0.1 / 0.05 s of the reaper tests
+    # scaled by 1/5: the same shape, every timing at 1 ms resolution, a twentieth of the runs.)
+    lease, beat, scan = 0.06, 0.02, 0.01
     policy = LeasePolicy(lease, beat, scan, swept_by="workers")
     sp = space(policy, [FaultSpec("crash")])
     assert [d.role for d in sp.dims] == ["fault0.offset", "sweep.0", "sweep.1"]
