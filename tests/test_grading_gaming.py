@@ -444,3 +444,30 @@ def test_nbgrader_autograde_scores_gaming_below_full(key, nbgrader_scores):
     else:
         for grade_id in must_fail:
             assert scores[grade_id] == 0.0, f"{key}: {grade_id} scored under nbgrader: {scores}"
+
+
+@pytest.mark.slow
+def test_emqsim_grade_ignores_a_kernel_that_replaces_the_checker(tmp_path):
+    """An answer that replaces `emqsim.grading.check_answers` inside the kernel makes every later test cell
+    print whatever it likes. nbgrader scores the kernel's output, so it is fooled (the documented limit,
+    notebooks/assignments/README.md); `python -m emqsim grade` runs the checks outside the kernel and is not."""
+    nb = nbformat.read(FOLDER / "01-detection-latency.ipynb", as_version=4)
+    for cell in nb.cells:
+        if is_solution(cell):
+            cell.source = _strip_markers(cell.source)
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "q1-predict":
+            cell.source = (
+                "import emqsim.grading\n"
+                "emqsim.grading.check_answers = lambda *args, **kwargs: print('all checks pass')\n\n\n"
+                "def predict_detection(lease, beat, scan):\n    return 1.0, 0.0, 2.0"
+            )
+    folder = tmp_path / "patched"
+    folder.mkdir()
+    nbformat.write(nb, folder / "01-detection-latency.ipynb")
+    proc = subprocess.run(
+        [sys.executable, "-m", "emqsim", "grade", str(folder / "01-detection-latency.ipynb"),
+         "--against", str(FOLDER / "01-detection-latency.ipynb"), "--student", STUDENT],
+        capture_output=True, text=True, env=_env(), timeout=1800,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
+    assert _statuses(proc.stdout)["q1-predict-tests"] == "fail", proc.stdout
