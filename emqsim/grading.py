@@ -351,22 +351,20 @@ def _kill_group(proc: subprocess.Popen[Any]) -> None:
         proc.wait(timeout=10)
 
 
-def run_checks(
-    path: Path | str, test_id: str, names: Sequence[str], checks: str, *, timeout: float = CHECK_TIMEOUT
-) -> CheckResult:
-    """The verdict of `checks` on the answers `names` of the notebook file `path`, from a fresh process (in its
-    own process group, killed at the end) started in the notebook's folder."""
-    path = Path(path).resolve()
+def _run_checker(
+    entry: str, request: dict[str, Any], cwd: Path, timeout: float
+) -> tuple[list[Any], str, bool]:
+    """Run `entry` (a function of this module) in a fresh process in its own process group (killed at the
+    end), started in `cwd`, with `request` on stdin and a fresh nonce in it: (the verdicts it printed after
+    the nonce, in order; ": <last stderr line>" or ""; whether it ran out of `timeout` s)."""
     nonce = os.urandom(16).hex()
-    request = json.dumps(
-        {"notebook": str(path), "test_id": test_id, "names": list(names), "checks": checks, "nonce": nonce}
-    )
     env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore"}
     env.pop(GRADING_ENV, None)
+    timed_out = False
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
-            [sys.executable, "-P", "-c", "from emqsim.grading import _check_main; _check_main()"],
-            cwd=path.parent,
+            [sys.executable, "-P", "-c", f"from emqsim.grading import {entry}; {entry}()"],
+            cwd=cwd,
             stdin=subprocess.PIPE,
             stdout=out,
             stderr=err,
@@ -374,21 +372,33 @@ def run_checks(
             start_new_session=True,
         )
         try:
-            proc.stdin.write(request.encode())  # type: ignore[union-attr]
+            proc.stdin.write(json.dumps({**request, "nonce": nonce}).encode())  # type: ignore[union-attr]
             proc.stdin.close()  # type: ignore[union-attr]
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            return CheckResult(False, f"{test_id}: the checks did not finish within {timeout:g} s")
+            timed_out = True
         finally:
             _kill_group(proc)
         out.seek(0)
-        for line in reversed(out.read().decode(errors="replace").splitlines()):
-            if line.startswith(nonce):
-                verdict = json.loads(line[len(nonce) :])
-                return CheckResult(bool(verdict["ok"]), str(verdict["message"]))
+        lines = out.read().decode(errors="replace").splitlines()
+        verdicts = [json.loads(line[len(nonce) :]) for line in lines if line.startswith(nonce)]
         err.seek(0)
-        lines = err.read().decode(errors="replace").strip().splitlines()
-        tail = f": {_one_line(lines[-1])}" if lines else ""
+        errors = err.read().decode(errors="replace").strip().splitlines()
+    return verdicts, (f": {_one_line(errors[-1])}" if errors else ""), timed_out
+
+
+def run_checks(
+    path: Path | str, test_id: str, names: Sequence[str], checks: str, *, timeout: float = CHECK_TIMEOUT
+) -> CheckResult:
+    """The verdict of `checks` on the answers `names` of the notebook file `path`, from a fresh process (in its
+    own process group, killed at the end) started in the notebook's folder."""
+    path = Path(path).resolve()
+    request = {"notebook": str(path), "test_id": test_id, "names": list(names), "checks": checks}
+    verdicts, tail, timed_out = _run_checker("_check_main", request, path.parent, timeout)
+    if timed_out:
+        return CheckResult(False, f"{test_id}: the checks did not finish within {timeout:g} s")
+    if verdicts:
+        return CheckResult(bool(verdicts[-1]["ok"]), str(verdicts[-1]["message"]))
     return CheckResult(False, f"{test_id}: the checks stopped without a verdict (did an answer exit?){tail}")
 
 
@@ -501,7 +511,6 @@ def _as_python(source: str) -> str:
 def _check_main() -> None:
     """The checks' process: read the request from stdin, re-run the locked and answer cells, check that they
     left the libraries alone, run the checks on the named answers, and print the verdict after the nonce."""
-    import traceback
     import warnings
 
     request = json.loads(sys.stdin.read())
@@ -512,6 +521,7 @@ def _check_main() -> None:
     sys.stdout = sink
     test_id = request["test_id"]
     write, dumps, leave = os.write, json.dumps, os._exit  # taken before any answer can replace them
+    tools = _check_tools()
 
     def verdict(ok: bool, message: str) -> None:
         write(verdict_fd, (nonce + dumps({"ok": ok, "message": message}) + "\n").encode())
@@ -529,26 +539,7 @@ def _check_main() -> None:
             exec(compile(_as_python(source), f"<{label}>", "exec"), namespace)
         except BaseException as exc:  # SystemExit too: an answer may not end the checks
             verdict(False, _one_line(f"{test_id}: {label} raises {type(exc).__name__}: {exc}", 300))
-    changed = _changed(snap)
-    if changed is not None:
-        verdict(
-            False, f"{test_id}: your answer cells change {changed}; answers may not modify Python or emqsim"
-        )
-    missing = [name for name in request["names"] if name not in namespace]
-    if missing:
-        verdict(False, f"{test_id}: {', '.join(missing)} not defined by the answer cells (run top to bottom)")
-    scope = {"__name__": "__checks__", **{name: namespace[name] for name in request["names"]}}
-    printed = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(printed):
-            exec(compile(request["checks"], f"<{test_id} checks>", "exec"), scope)
-    except BaseException as exc:
-        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith("checks>")]
-        where = f" (check line {frames[-1].lineno})" if frames else ""
-        text = str(exc) if isinstance(exc, AssertionError) and str(exc) else f"{type(exc).__name__}: {exc}"
-        verdict(False, _one_line(f"{test_id}: {text}{where}", 400))
-    shown = printed.getvalue().strip().splitlines()[:12]
-    verdict(True, "\n".join([*shown, f"{test_id}: all checks pass"]))
+    tools.child(request, namespace, snap, verdict, tools)
 
 
 def run_checks_in_order(
@@ -562,44 +553,15 @@ def run_checks_in_order(
     path = Path(path).resolve()
     if not calls:
         return {}
-    nonce = os.urandom(16).hex()
     tests = [{"test_id": t, "names": list(n), "checks": c} for t, n, c in calls]
-    request = json.dumps({"notebook": str(path), "tests": tests, "nonce": nonce, "timeout": timeout})
-    env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore"}
-    env.pop(GRADING_ENV, None)
+    request = {"notebook": str(path), "tests": tests, "timeout": timeout}
+    # each test cell's checks, and the cells once
+    found, tail, timed_out = _run_checker(
+        "_checks_in_order_main", request, path.parent, timeout * (len(calls) + 1)
+    )
     verdicts: dict[str, CheckResult] = {}
-    timed_out = False
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-P",
-                "-c",
-                "from emqsim.grading import _checks_in_order_main; _checks_in_order_main()",
-            ],
-            cwd=path.parent,
-            stdin=subprocess.PIPE,
-            stdout=out,
-            stderr=err,
-            env=env,
-            start_new_session=True,
-        )
-        try:
-            proc.stdin.write(request.encode())  # type: ignore[union-attr]
-            proc.stdin.close()  # type: ignore[union-attr]
-            proc.wait(timeout=timeout * (len(calls) + 1))  # each test cell's checks, and the cells once
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            _kill_group(proc)
-        out.seek(0)
-        for line in out.read().decode(errors="replace").splitlines():
-            if line.startswith(nonce):
-                v = json.loads(line[len(nonce) :])
-                verdicts.setdefault(str(v["test_id"]), CheckResult(bool(v["ok"]), str(v["message"])))
-        err.seek(0)
-        lines = err.read().decode(errors="replace").strip().splitlines()
-    tail = f": {_one_line(lines[-1])}" if lines else ""
+    for v in found:
+        verdicts.setdefault(str(v["test_id"]), CheckResult(bool(v["ok"]), str(v["message"])))
     for test_id, _, _ in calls:
         if test_id not in verdicts:
             verdicts[test_id] = CheckResult(
@@ -625,6 +587,7 @@ def _checks_in_order_main() -> None:
     # taken before any answer can replace them
     write, dumps, leave, fork, waitpid, kill = os.write, json.dumps, os._exit, os.fork, os.waitpid, os.kill
     monotonic, sleep, nohang, sigkill = time.monotonic, time.sleep, os.WNOHANG, signal.SIGKILL
+    tools = _check_tools()
     timeout = float(request["timeout"])
 
     def emit(test_id: str, ok: bool, message: str) -> None:
@@ -657,9 +620,7 @@ def _checks_in_order_main() -> None:
                 pid = fork()
                 if pid == 0:  # the child: its verdict, then out (never back into this loop)
                     try:
-                        _checks_child(
-                            test, namespace, snap, lambda ok, message, t=test_id: emit(t, ok, message)
-                        )
+                        tools.child(test, namespace, snap, lambda ok, msg, t=test_id: emit(t, ok, msg), tools)
                     finally:
                         leave(0)
                 limit = monotonic() + timeout
@@ -686,18 +647,39 @@ def _checks_in_order_main() -> None:
     leave(0)
 
 
+@dataclass(frozen=True)
+class _CheckTools:
+    """What a verdict rests on, taken before any answer runs: an answer may replace the attributes these are
+    looked up under (`emqsim.grading._changed`, `contextlib.redirect_stdout`, ...). `changed` runs first and
+    refuses every change to the snapshot; the others are not in it, so the checks use the originals."""
+
+    changed: Callable[[dict[tuple[str, str], Any]], str | None]
+    one_line: Callable[..., str]
+    string_io: type[io.StringIO]
+    redirect_stdout: Callable[[Any], Any]
+    extract_tb: Callable[[Any], Any]
+    child: Callable[..., None]
+
+
+def _check_tools() -> _CheckTools:
+    import traceback
+
+    return _CheckTools(
+        _changed, _one_line, io.StringIO, contextlib.redirect_stdout, traceback.extract_tb, _checks_child
+    )
+
+
 def _checks_child(
     test: dict[str, Any],
     namespace: dict[str, Any],
     snap: dict[tuple[str, str], Any],
     verdict: Callable[[bool, str], None],
+    tools: _CheckTools,
 ) -> None:
-    """In the forked child: check that the answers left the libraries alone and define the names, then run the
-    checks on them (as `_check_main` does)."""
-    import traceback
-
+    """Once the cells above a test cell ran: check that the answers left the libraries alone and define the
+    names, then run the checks on them, and give the verdict (with `tools` only, see `_CheckTools`)."""
     test_id = test["test_id"]
-    changed = _changed(snap)
+    changed = tools.changed(snap)
     if changed is not None:
         return verdict(
             False, f"{test_id}: your answer cells change {changed}; answers may not modify Python or emqsim"
@@ -708,15 +690,15 @@ def _checks_child(
             False, f"{test_id}: {', '.join(missing)} not defined by the answer cells (run top to bottom)"
         )
     scope = {"__name__": "__checks__", **{name: namespace[name] for name in test["names"]}}
-    printed = io.StringIO()
+    printed = tools.string_io()
     try:
-        with contextlib.redirect_stdout(printed):
+        with tools.redirect_stdout(printed):
             exec(compile(test["checks"], f"<{test_id} checks>", "exec"), scope)
     except BaseException as exc:
-        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith("checks>")]
+        frames = [f for f in tools.extract_tb(exc.__traceback__) if f.filename.endswith("checks>")]
         where = f" (check line {frames[-1].lineno})" if frames else ""
         text = str(exc) if isinstance(exc, AssertionError) and str(exc) else f"{type(exc).__name__}: {exc}"
-        return verdict(False, _one_line(f"{test_id}: {text}{where}", 400))
+        return verdict(False, tools.one_line(f"{test_id}: {text}{where}", 400))
     shown = printed.getvalue().strip().splitlines()[:12]
     return verdict(True, "\n".join([*shown, f"{test_id}: all checks pass"]))
 

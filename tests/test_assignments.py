@@ -611,11 +611,29 @@ def test_assignments_cli_check(tmp_path: Path, monkeypatch, capsys):
     assert cli_main(["assignments", "check", "--source", str(tmp_path / "none")]) == 2
 
 
+SWALLOW = """import contextlib
+
+
+class Swallow:
+    def __init__(self, target):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return True
+
+
+contextlib.redirect_stdout = Swallow"""
+
+
 def test_checks_in_one_process_give_the_verdicts_of_one_process_per_cell(tmp_path: Path):
     """`run_checks_in_order` (one process, a fork per test cell) gives every test cell the verdict `run_checks`
     (a fresh process re-running the cells above it) gives: passes, failures, an answer that raises, one that
-    patches a library, names missing, a check that exits or hangs, and an answer that tries to forge the
-    verdict by replacing json.dumps."""
+    patches a library, names missing, a check that exits or hangs, and answers that try to forge a pass by
+    replacing json.dumps, contextlib.redirect_stdout (to swallow the failed assertion) or the grader's own
+    snapshot check."""
     from emqsim.grading import run_checks, run_checks_in_order
 
     answer = {"solution": True}
@@ -634,6 +652,10 @@ def test_checks_in_one_process_give_the_verdicts_of_one_process_per_cell(tmp_pat
         _cell("code", "", "t3", grade=True, locked=True, points=1),
         _cell("code", "", "t4", grade=True, locked=True, points=1),
         _cell("code", "", "t5", grade=True, locked=True, points=1),
+        _cell("code", SWALLOW, "q6", **answer),
+        _cell("code", "", "t8", grade=True, locked=True, points=1),
+        _cell("code", "import emqsim.grading\nemqsim.grading._changed = lambda snap: None", "q7", **answer),
+        _cell("code", "", "t9", grade=True, locked=True, points=1),
         _cell("code", "import math\nmath.pi = 3", "q4", **answer),
         _cell("code", "", "t6", grade=True, locked=True, points=1),
         _cell("code", "raise ValueError('broken')", "q5", **answer),
@@ -647,6 +669,8 @@ def test_checks_in_one_process_give_the_verdicts_of_one_process_per_cell(tmp_pat
         ("t3", ["f"], "assert f() == 0, 'f is 42'"),
         ("t4", ["h"], "assert h()"),
         ("t5", ["f"], "import os\nos._exit(0)"),
+        ("t8", ["f"], "assert f() == 0, 'f is 42'"),
+        ("t9", ["f"], "assert f() == 42"),
         ("t6", ["f"], "assert f() == 42"),
         ("t7", ["f"], "assert f() == 42"),
     ]
@@ -655,7 +679,9 @@ def test_checks_in_one_process_give_the_verdicts_of_one_process_per_cell(tmp_pat
         assert batch[test_id] == run_checks(path, test_id, names, checks, timeout=60), test_id
     assert batch["t1"].ok and "fine" in batch["t1"].message
     assert not batch["t3"].ok and batch["t3"].message == "t3: f is 42 (check line 1)"
-    assert [batch[t].ok for t in ("t2", "t4", "t5", "t6", "t7")] == [False] * 5
+    assert [batch[t].ok for t in ("t2", "t4", "t5", "t6", "t7", "t8", "t9")] == [False] * 7
+    assert batch["t8"].message == "t8: f is 42 (check line 1)", "a swallowing redirect_stdout is not used"
+    assert "emqsim.grading._changed" in batch["t9"].message
     assert "ValueError: broken" in batch["t7"].message and "math.pi" in batch["t6"].message
     hang = run_checks_in_order(
         path, [("t1", ["f"], "while True:\n    pass"), ("t2", ["g"], "assert g() == 1")], timeout=5

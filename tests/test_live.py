@@ -17,8 +17,7 @@ import pytest
 
 from emqsim import Crash, Fixed, Freeze, LeasePolicy, Scenario, TimeoutPolicy, simulate, standard
 from emqsim.errors import ConfigError
-from emqsim.live import LiveRun, PrivateRedis, add_live_arguments, main_live, redis_server_path, run_live
-from emqsim.live.server import INSTALL_HINT
+from emqsim.live import LiveRun, PrivateRedis, add_live_arguments, main_live, run_live
 from emqsim.stats import summarize
 
 SCALE = 0.02  # 1 scenario second = 20 ms real
@@ -28,14 +27,6 @@ MARGIN = 7.5  # scenario seconds = 150 ms real: timer and scheduling slack on a 
 
 def lease_policy() -> LeasePolicy:
     return LeasePolicy(lease=LEASE, beat=BEAT, scan=SCAN)
-
-
-@pytest.fixture
-def need_redis() -> None:
-    if redis_server_path() is None:
-        if os.environ.get("EMQSIM_REQUIRE_REDIS") == "1":
-            pytest.fail(f"EMQSIM_REQUIRE_REDIS=1 but {INSTALL_HINT}")
-        pytest.skip(INSTALL_HINT)
 
 
 def children() -> set[int]:

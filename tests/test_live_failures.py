@@ -15,21 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from emqsim.live import redis_server_path
-from emqsim.live.server import INSTALL_HINT
-
 ROOT = Path(__file__).resolve().parent.parent
 HANG = 90  # seconds: only a hang reaches it; nothing here asserts how fast anything is
 
 pytestmark = [pytest.mark.redis, pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")]
-
-
-@pytest.fixture
-def need_redis() -> None:
-    if redis_server_path() is None:
-        if os.environ.get("EMQSIM_REQUIRE_REDIS") == "1":
-            pytest.fail(f"EMQSIM_REQUIRE_REDIS=1 but {INSTALL_HINT}")
-        pytest.skip(INSTALL_HINT)
 
 
 def processes() -> dict[int, tuple[int, str, str]]:

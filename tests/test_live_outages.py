@@ -9,16 +9,13 @@ count, never by job id. Timing assertions are bounds with test_live's margin (15
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from emqsim import Fixed, LeasePolicy, Scenario, simulate
 from emqsim.errors import ConfigError
 from emqsim.faults import Outage, RandomFaults, reconnect_after_ms
-from emqsim.live import LiveRun, redis_server_path, run_live
+from emqsim.live import LiveRun, run_live
 from emqsim.live.cli import without_outages
-from emqsim.live.server import INSTALL_HINT
 from emqsim.stats import summarize
 
 SCALE = 0.2  # 1 scenario second = 200 ms real
@@ -27,14 +24,6 @@ MARGIN = 0.75  # scenario seconds = 150 ms real, as test_live's
 WORK = 10.0
 LONG_BACK = 5 + reconnect_after_ms(12000) / 1000  # 23.179 s
 BACK = 5 + reconnect_after_ms(8000) / 1000  # an outage at 5 s of 8 s: BullMQ's backoff reconnects at 15.076 s
-
-
-@pytest.fixture
-def need_redis() -> None:
-    if redis_server_path() is None:
-        if os.environ.get("EMQSIM_REQUIRE_REDIS") == "1":
-            pytest.fail(f"EMQSIM_REQUIRE_REDIS=1 but {INSTALL_HINT}")
-        pytest.skip(INSTALL_HINT)
 
 
 def policy(lease: float = LEASE) -> LeasePolicy:
