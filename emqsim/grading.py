@@ -597,30 +597,32 @@ def _checks_in_order_main() -> None:
     try:
         nb = _read(request["notebook"])
         snap = _snapshot()
-    except Exception as exc:
-        for test_id in todo:
-            emit(
-                test_id,
-                False,
-                _one_line(f"{test_id}: cannot prepare the checks: {type(exc).__name__}: {exc}", 300),
-            )
+    except Exception as problem:
+        for name in todo:
+            why = f"{type(problem).__name__}: {problem}"
+            emit(name, False, _one_line(f"{name}: cannot prepare the checks: {why}", 300))
         leave(0)
     warnings.simplefilter("ignore")
     namespace: dict[str, Any] = {"__name__": "__main__", "get_ipython": _NoShell}
     raised: tuple[str, BaseException] | None = None  # the first locked or answer cell that raised
     for index, cell in enumerate(nb.cells):
         meta = _meta(cell)
-        test_id = meta.get("grade_id")
+        test_id = str(meta.get("grade_id") or "")
         if test_id in todo:
             test = todo.pop(test_id)
             if raised is not None:
-                label, exc = raised
-                emit(test_id, False, _one_line(f"{test_id}: {label} raises {type(exc).__name__}: {exc}", 300))
+                label, error = raised
+                why = f"{type(error).__name__}: {error}"
+                emit(test_id, False, _one_line(f"{test_id}: {label} raises {why}", 300))
             else:
                 pid = fork()
                 if pid == 0:  # the child: its verdict, then out (never back into this loop)
+
+                    def verdict(ok: bool, message: str, name: str = test_id) -> None:
+                        emit(name, ok, message)
+
                     try:
-                        tools.child(test, namespace, snap, lambda ok, msg, t=test_id: emit(t, ok, msg), tools)
+                        tools.child(test, namespace, snap, verdict, tools)
                     finally:
                         leave(0)
                 limit = monotonic() + timeout

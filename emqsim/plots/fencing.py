@@ -68,7 +68,7 @@ def race_timeline(
                 fontsize=8,
             )
             check = next((w for w in bare.checks if w.job == a.job and w.token == a.attempt), None)
-            if check is None:
+            if check is None or check.checked_at is None:
                 continue
             ax.plot(
                 [check.checked_at],
