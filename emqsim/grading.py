@@ -508,23 +508,36 @@ def _as_python(source: str) -> str:
     return TransformerManager().transform_cell(source)
 
 
-def _check_main() -> None:
-    """The checks' process: read the request from stdin, re-run the locked and answer cells, check that they
-    left the libraries alone, run the checks on the named answers, and print the verdict after the nonce."""
-    import warnings
-
+def _checker_start() -> tuple[dict[str, Any], Callable[[dict[str, Any]], None]]:
+    """A checker process's first steps, before any answer runs: read the request from stdin, send the answers'
+    own output nowhere, and return the request with the function that prints a verdict after the nonce (its
+    tools taken now, so an answer that replaces `json.dumps` or `os.write` cannot forge one)."""
     request = json.loads(sys.stdin.read())
     nonce = request.pop("nonce")
     verdict_fd = os.dup(1)
     sink = open(os.devnull, "w")  # noqa: SIM115 - the answers' own output goes nowhere
     os.dup2(sink.fileno(), 1)
     sys.stdout = sink
+    write, dumps = os.write, json.dumps
+
+    def say(verdict: dict[str, Any]) -> None:
+        write(verdict_fd, (nonce + dumps(verdict) + "\n").encode())
+
+    return request, say
+
+
+def _check_main() -> None:
+    """The checks' process: read the request from stdin, re-run the locked and answer cells, check that they
+    left the libraries alone, run the checks on the named answers, and print the verdict after the nonce."""
+    import warnings
+
+    request, say = _checker_start()
     test_id = request["test_id"]
-    write, dumps, leave = os.write, json.dumps, os._exit  # taken before any answer can replace them
+    leave = os._exit  # taken before any answer can replace it
     tools = _check_tools()
 
     def verdict(ok: bool, message: str) -> None:
-        write(verdict_fd, (nonce + dumps({"ok": ok, "message": message}) + "\n").encode())
+        say({"ok": ok, "message": message})
         leave(0)
 
     try:
@@ -578,20 +591,15 @@ def _checks_in_order_main() -> None:
     requested test cell that does what `_check_main` does once the cells above it have run."""
     import warnings
 
-    request = json.loads(sys.stdin.read())
-    nonce = request.pop("nonce")
-    verdict_fd = os.dup(1)
-    sink = open(os.devnull, "w")  # noqa: SIM115 - the answers' own output goes nowhere
-    os.dup2(sink.fileno(), 1)
-    sys.stdout = sink
+    request, say = _checker_start()
     # taken before any answer can replace them
-    write, dumps, leave, fork, waitpid, kill = os.write, json.dumps, os._exit, os.fork, os.waitpid, os.kill
+    leave, fork, waitpid, kill = os._exit, os.fork, os.waitpid, os.kill
     monotonic, sleep, nohang, sigkill = time.monotonic, time.sleep, os.WNOHANG, signal.SIGKILL
     tools = _check_tools()
     timeout = float(request["timeout"])
 
     def emit(test_id: str, ok: bool, message: str) -> None:
-        write(verdict_fd, (nonce + dumps({"test_id": test_id, "ok": ok, "message": message}) + "\n").encode())
+        say({"test_id": test_id, "ok": ok, "message": message})
 
     todo = {t["test_id"]: t for t in request["tests"]}
     try:

@@ -75,9 +75,8 @@ DEFAULT_TIMEOUTS = (30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
 TIMEOUT_SCAN = 5.0  # the timeout reaper's scan, as in the standard timeout policy
 PRUNE_FACTOR = 10.0  # prune a candidate whose closed-form false-reclaim rate is this many times the limit
 VERIFY_SEED_OFFSET = 1_000_003  # fresh seeds for the verification runs
-VERIFY_CANDIDATES = (
-    3  # the race's best, then up to two more decided-feasible settings, until one is confirmed
-)
+# settings verified on fresh seeds at most: the race's best, then up to two more decided-feasible ones
+VERIFY_CANDIDATES = 3
 
 
 # -- what a team measures ---------------------------------------------------------------------------------------
@@ -738,9 +737,8 @@ class TuneResult:
     timeout: Race
     runs: int
     max_runs: int
-    verifications: list[
-        Candidate
-    ]  # fresh-seed measurements, in the order tried (see `verify_on_fresh_seeds`)
+    # fresh-seed measurements, in the order tried (see `verify_on_fresh_seeds`)
+    verifications: list[Candidate]
     what_would_change: list[str]
     verify_level: float | None = None  # the two-sided level of every fresh-seed interval
 
