@@ -185,34 +185,49 @@ class FaultInjection:
             after = max(0.001, to_ms(rng.exponential(HOUR_S / faults.crash_rate)) / 1000)
             self.at(start + after * self.scale, lambda: self.crash(wid, faults.restart_after))
         if faults.freeze_rate > 0:
-            rng = self._rng("faults", wid, 1)
-
-            def next_freeze(when: float) -> None:
-                gap = max(0.001, to_ms(rng.exponential(HOUR_S / faults.freeze_rate)) / 1000)
-                duration = max(0.001, to_ms(float(faults.freeze_duration.sample(rng, 1)[0])) / 1000)
-
-                def fire() -> None:
-                    if self.procs[wid].state == "dead":
-                        return
-                    self.freeze(wid, duration)
-                    next_freeze(time.time() + duration * self.scale)
-
-                self.at(when + gap * self.scale, fire)
-
-            next_freeze(start)
+            _recurring(
+                self,
+                wid,
+                start,
+                self._rng("faults", wid, 1),
+                faults.freeze_rate,
+                faults.freeze_duration,
+                self.freeze,
+            )
         if faults.block_rate > 0:
-            block_rng = self._rng("faults", wid, 4)
+            _recurring(
+                self,
+                wid,
+                start,
+                self._rng("faults", wid, 4),
+                faults.block_rate,
+                faults.block_duration,
+                self.block,
+            )
 
-            def next_block(when: float) -> None:
-                gap = max(0.001, to_ms(block_rng.exponential(HOUR_S / faults.block_rate)) / 1000)
-                duration = max(0.001, to_ms(float(faults.block_duration.sample(block_rng, 1)[0])) / 1000)
 
-                def fire() -> None:
-                    if self.procs[wid].state == "dead":
-                        return
-                    self.block(wid, duration)
-                    next_block(time.time() + duration * self.scale)
+def _recurring(
+    host: FaultHost,
+    wid: int,
+    start: float,
+    rng: np.random.Generator,
+    rate: float,
+    lengths: Any,
+    act: Callable[[int, float], None],
+) -> None:
+    """Random freezes or blocks of worker `wid` from `start`: exponential gaps at `rate` per hour, each
+    fault `lengths` long, the next gap counted from the end of the last; none once the worker is dead."""
 
-                self.at(when + gap * self.scale, fire)
+    def schedule(when: float) -> None:
+        gap = max(0.001, to_ms(rng.exponential(HOUR_S / rate)) / 1000)
+        duration = max(0.001, to_ms(float(lengths.sample(rng, 1)[0])) / 1000)
 
-            next_block(start)
+        def fire() -> None:
+            if host.procs[wid].state == "dead":
+                return
+            act(wid, duration)
+            schedule(time.time() + duration * host.scale)
+
+        host.at(when + gap * host.scale, fire)
+
+    schedule(start)
