@@ -22,7 +22,9 @@ SCENARIO_KEYS = {
     "name", "workers", "concurrency", "jobs", "arrival_rate", "duration", "horizon", "phases", "hz", "queue",
     "remove_on_complete", "faults", "random_faults", "network",
 }  # fmt: skip
-FAULT_KEYS = {"kind", "worker", "at", "job", "after", "duration", "restart_after", "lost_writes"}
+FAULT_KEYS = {
+    "kind", "worker", "at", "job", "after", "duration", "restart_after", "lost_writes", "redis_restart",
+}  # fmt: skip
 RANDOM_KEYS = {
     "crash_rate", "restart_after", "freeze_rate", "freeze_duration", "block_rate", "block_duration",
     "outage_rate", "outage_duration",
@@ -242,11 +244,19 @@ def _scenario(table: Any, where: _Located) -> Scenario:
                 fault["duration"] = _seconds_or_dist(fault["duration"], f"{name}.duration", where)
         elif "duration" in fault:
             raise where.error(f"{name}.duration", f"a {kind} has no duration (did you mean kind = 'freeze'?)")
-        for key, owner in (("restart_after", "crash"), ("lost_writes", "outage")):
+        for key, owner in (
+            ("restart_after", "crash"),
+            ("lost_writes", "outage"),
+            ("redis_restart", "outage"),
+        ):
             if key in fault and kind != owner:
                 raise where.error(
                     f"{name}.{key}", f"only a{'n' if owner[0] == 'o' else ''} {owner} has {key}"
                 )
+        if "redis_restart" in fault and not isinstance(fault["redis_restart"], bool):
+            raise where.error(
+                f"{name}.redis_restart", f"must be true or false, got {fault['redis_restart']!r}"
+            )
         if kind == "child_crash" and ("worker" in fault or "at" in fault):
             raise where.error(f"{name}.kind", "a child_crash hits a job: use job = N and after = seconds")
         faults.append(_build(FAULT_KINDS[kind], f"{name}.kind", where, fault))

@@ -28,6 +28,7 @@ from emqsim.faults import (
     as_distribution,
     outage_spans,
     outage_windows,
+    redis_down_windows,
 )
 from emqsim.keys import QueueKeys
 from emqsim.ledger import AttemptDraft, Ledger
@@ -119,6 +120,8 @@ class Simulation:
                 self.job_faults.setdefault(fault.job, []).append(fault)
         self.child_crashes = any(isinstance(f, ChildCrash) for f in scenario.faults)
         self.outages = outage_spans(scenario.faults)
+        # Redis restarts cut off the producer and the reaper too (the workers' windows include them already)
+        self.redis_down = redis_down_windows(scenario.faults, to_ms(scenario.horizon))
 
     def _rng(self, name: str, *index: int) -> np.random.Generator:
         return stream(self.seed, self.replication, name, *index)
@@ -279,14 +282,20 @@ class Simulation:
             if rate is None
             else to_ms_array(self._rng("arrivals").exponential(1 / rate, len(works_ms)))
         )
+        arrival_ms = 0
         for index, (gap, work) in enumerate(zip(gaps, works_ms, strict=True)):
-            if gap:
-                yield self.env.timeout(int(gap))
+            arrival_ms += int(gap)
+            if arrival_ms > self.env.now:
+                yield self.env.timeout(arrival_ms - int(self.env.now))
+            # the producer's add waits in its offline queue while Redis restarts (sent in order at its reconnect)
+            for down, _, back in self.redis_down:
+                if down <= arrival_ms < back and self.env.now < back:
+                    yield self.env.timeout(back - int(self.env.now))
             self.arrived += 1
             if self.job_sink is None:
-                self.arrival_times.append(self.env.now / 1000)
+                self.arrival_times.append(arrival_ms / 1000)
             else:
-                self._arrival_of[str(index)] = self.env.now / 1000
+                self._arrival_of[str(index)] = arrival_ms / 1000
             self.server.add_job(str(index), int(work) / 1000)
 
     def _start_worker(self, wid: int, restarted: bool = False) -> Worker:
@@ -373,6 +382,7 @@ class Simulation:
             self._start_worker(wid)
         if self.policy.swept_by == "reaper":
             reaper = Reaper(self, self._rng("network", 10**9), self._rng("network", 10**9, 1))
+            reaper.outages = list(self.redis_down)
             phases = self._rng("phases", 0)
             first = (
                 0 if scenario.phases == "aligned" else int(phases.integers(0, self.policy.sweep_interval_ms))

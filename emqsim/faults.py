@@ -104,12 +104,18 @@ class Outage:
 
     `lost_writes` > 0 makes it a failover to an asynchronous replica that lags that many seconds: the lock
     writes (a take's `SET`, a renewal) Redis applied in the last `lost_writes` seconds before `at` are undone,
-    unless a later write changed the lock since (other writes are kept: a partial model of the lost tail)."""
+    unless a later write changed the lock since (other writes are kept: a partial model of the lost tail).
+
+    `redis_restart` makes it Redis itself going down for `duration` and coming back with its data (a
+    `SHUTDOWN` that saves, then a start that loads the file; expiries are absolute, so a lock whose time
+    passed meanwhile is gone): every client is cut off, the producer's adds and the timeout reaper too, not
+    only the workers (a plain outage of every worker is a network blip on the workers' side)."""
 
     at: float
     duration: float
     worker: int | None = None
     lost_writes: float = 0.0
+    redis_restart: bool = False
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.at) and self.at >= 0):
@@ -122,6 +128,11 @@ class Outage:
             )
         if not (math.isfinite(self.duration) and self.duration > 0):
             raise ConfigError(f"Outage.duration must be > 0 seconds, got {self.duration}")
+        if self.redis_restart and (self.worker is not None or self.lost_writes > 0):
+            raise ConfigError(
+                "Outage.redis_restart is Redis going down with its data kept: it hits every client (leave "
+                "worker out) and loses no writes (a failover with lost_writes is the other kind)"
+            )
         if self.worker is not None and self.worker < 0:
             raise ConfigError(f"Outage.worker must be >= 0 (or omitted for every worker), got {self.worker}")
 
@@ -168,6 +179,19 @@ OutageWindow = tuple[int, int, int]  # (disconnected, network back, reconnected)
 def outage_spans(faults: Iterable[object]) -> list[OutageSpan]:
     """A scenario's explicit outages as (at, length, worker or None) in ms, in time order."""
     return sorted((to_ms(f.at), to_ms(f.duration), f.worker) for f in faults if isinstance(f, Outage))
+
+
+def redis_down_windows(faults: Iterable[object], horizon_ms: int) -> list[OutageWindow]:
+    """The scenario's Redis restarts as the producer's and the reaper's connection outages (they are cut off
+    only when Redis itself is down), with the same reconnect backoff as the workers'."""
+    spans = [
+        (to_ms(f.at), to_ms(f.duration), None) for f in faults if isinstance(f, Outage) and f.redis_restart
+    ]
+    return outage_windows(sorted(spans), -1, 0, False, None, horizon_ms, _no_stream)
+
+
+def _no_stream() -> np.random.Generator:
+    raise AssertionError("Redis restarts are explicit faults: no random draws")
 
 
 def outage_windows(

@@ -197,8 +197,8 @@ class Client:
 
 
 class Reaper(Client):
-    """A dedicated sweeper process that never fails and never loses its connection (the usual home of the
-    timeout reaper)."""
+    """A dedicated sweeper process that never fails and loses its connection only while Redis itself
+    restarts (the usual home of the timeout reaper)."""
 
     wid = -1
     resume_event = None

@@ -4,7 +4,7 @@ the behaviour BullMQ's source shows."""
 
 import pytest
 
-from emqsim import Fixed, LeasePolicy, RenewalRule, Scenario, simulate, standard
+from emqsim import Fixed, LeasePolicy, RenewalRule, Scenario, TimeoutPolicy, simulate, standard
 from emqsim.analytic import (
     block_lapse_probability,
     block_lapses,
@@ -14,7 +14,16 @@ from emqsim.analytic import (
 )
 from emqsim.distributions import Uniform
 from emqsim.errors import ConfigError
-from emqsim.faults import Block, ChildCrash, Crash, Freeze, Outage, RandomFaults, reconnect_delay_ms
+from emqsim.faults import (
+    Block,
+    ChildCrash,
+    Crash,
+    Freeze,
+    Outage,
+    RandomFaults,
+    reconnect_after_ms,
+    reconnect_delay_ms,
+)
 from emqsim.presets import preset
 from emqsim.stats import summarize, wilson_ci
 
@@ -163,6 +172,57 @@ def test_a_failover_undoes_a_recent_renewal_back_to_the_earlier_expiry():
     assert run.attempts[0].outcome == "completed" and not any(e.kind == "expired" for e in run.lock_events)
 
 
+def _restart_vs_blip(policy, **scenario):
+    """The same every-client outage (5 s -> 13 s, reconnect at 15.076 s) as a network blip on the workers'
+    side and as Redis restarting; jobs keep arriving meanwhile."""
+    runs = {}
+    for restart in (False, True):
+        sc = Scenario(
+            workers=2,
+            jobs=6,
+            duration=Fixed(10.0),
+            arrival_rate=0.5,
+            faults=(Outage(at=5, duration=8, redis_restart=restart),),
+            horizon=300,
+            **scenario,
+        )
+        runs[restart] = simulate(sc, policy, seed=1)
+    return runs
+
+
+def test_a_redis_restart_holds_the_producers_adds_until_it_is_back():
+    # A blip cuts off only the workers: a job added at 6.9 s is handed to a parked take, its lock set while
+    # its worker cannot renew, and it lapses (a false reclaim). While Redis restarts the add waits in the
+    # producer's offline queue and reaches Redis at the reconnect (15.076 s): nothing lapses.
+    runs = _restart_vs_blip(LeasePolicy(lease=3, beat=1, scan=1))
+    back = 5 + reconnect_after_ms(8000) / 1000
+    for run in runs.values():
+        assert (
+            run.arrivals
+            == simulate(
+                Scenario(workers=2, jobs=6, duration=Fixed(10.0), arrival_rate=0.5, horizon=300),
+                LeasePolicy(lease=3, beat=1, scan=1),
+                seed=1,
+            ).arrivals
+        )  # arrival times are when the producer made the job, whatever Redis was doing
+    during = [a for a in runs[True].attempts if 5 <= runs[True].arrivals[int(a.job)] < back]
+    assert during and all(a.started_at >= back for a in during)
+    assert summarize(runs[False]).false_reclaims > summarize(runs[True]).false_reclaims == 1
+
+
+def test_a_redis_restart_cuts_off_the_timeout_reaper_too():
+    # A blip on the workers' side leaves the reaper connected: it sweeps every second throughout. While Redis
+    # restarts, the reaper's sweeps wait for the reconnect like everyone's requests; its queued sweep reaches
+    # Redis at the reconnect, just before worker 0's queued finish of a job now 12.4 s old, and reclaims it.
+    runs = _restart_vs_blip(TimeoutPolicy(timeout=12, scan=1))
+    back = 5 + reconnect_after_ms(8000) / 1000
+    inside = {r: [s.time for s in run.sweeps if 5 < s.time < back] for r, run in runs.items()}
+    assert len(inside[False]) >= 9 and inside[True] == []
+    (reclaim,) = [a for a in runs[True].attempts if a.reclaimed_at]
+    assert reclaim.job == "0" and back <= reclaim.reclaimed_at <= back + 0.002 and reclaim.false_reclaim
+    assert not [a for a in runs[False].attempts if a.job == "0" and a.reclaimed_at]
+
+
 def test_outages_are_checked():
     with pytest.raises(ConfigError, match="Outage.duration"):
         Outage(at=1, duration=0)
@@ -172,6 +232,9 @@ def test_outages_are_checked():
         RandomFaults(block_rate=-1)
     with pytest.raises(ConfigError, match="every worker"):
         Outage(at=1, duration=1, worker=0, lost_writes=1)
+    for bad in ({"worker": 0}, {"lost_writes": 1.0}):
+        with pytest.raises(ConfigError, match="redis_restart"):
+            Outage(at=1, duration=1, redis_restart=True, **bad)
 
 
 # -- takes after wake-up ------------------------------------------------------------------------------------------
@@ -282,6 +345,8 @@ def test_fault_flags_reach_the_scenario_and_the_policy():
     assert policy.take_after_wakeup and policy.lazy_fail and policy.renewal.track_by == "job"
     args = build_parser().parse_args(["run", "--outage-at", "5", "--outage-for", "2", "--failover-lag", "1"])
     assert [f.lost_writes for f in run_scenario(args).faults if isinstance(f, Outage)] == [1.0]
+    args = build_parser().parse_args(["run", "--outage-at", "5", "--outage-for", "2", "--redis-restart"])
+    assert [f.redis_restart for f in run_scenario(args).faults if isinstance(f, Outage)] == [True]
     # --block-for replaces blocked-loop's own block instead of adding a second one
     args = build_parser().parse_args(["run", "--scenario", "blocked-loop", "--block-for", "10"])
     (block,) = run_scenario(args).faults
@@ -294,6 +359,11 @@ def test_fault_flags_reach_the_scenario_and_the_policy():
         (["run", "--block-after", "3"], "--block-after: needs --block-for"),
         (["run", "--outage-at", "3"], "give both --outage-at T and --outage-for X"),
         (["run", "--failover-lag", "1"], "--failover-lag: needs --outage-at"),
+        (["run", "--redis-restart"], "--redis-restart: needs --outage-at"),
+        (
+            ["run", "--outage-at", "1", "--outage-for", "2", "--failover-lag", "1", "--redis-restart"],
+            "--redis-restart: a restart keeps its data",
+        ),
         (["run", "--policy", "timeout", "--lazy-fail"], "apply to lease policies only"),
         (["run", "--block-rate", "-1"], "must be a rate >= 0"),
         (["sweep", "--take", "sometimes"], "invalid choice"),
@@ -347,6 +417,21 @@ def test_the_toml_example_and_fault_keys(tmp_path):
     bad.write_text('[scenario]\njobs = 2\n[[scenario.faults]]\nkind = "child_crash"\nworker = 0\nat = 1\n')
     with pytest.raises(ConfigError, match="a child_crash hits a job"):
         load_config(bad)
+    bad.write_text(
+        '[scenario]\n[[scenario.faults]]\nkind = "outage"\nat = 1\nduration = 3\nredis_restart = 1\n'
+    )
+    with pytest.raises(ConfigError, match="redis_restart: must be true or false"):
+        load_config(bad)
+    bad.write_text(
+        '[scenario]\n[[scenario.faults]]\nkind = "crash"\nworker = 0\nat = 1\nredis_restart = true\n'
+    )
+    with pytest.raises(ConfigError, match="only an outage has redis_restart"):
+        load_config(bad)
+    good = tmp_path / "good.toml"
+    good.write_text(
+        '[scenario]\n[[scenario.faults]]\nkind = "outage"\nat = 1\nduration = 3\nredis_restart = true\n'
+    )
+    assert load_config(good)[0].faults == (Outage(at=1, duration=3, redis_restart=True),)
     bad.write_text("[scenario]\n[scenario.random_faults]\nblock_rate = -2\n")
     with pytest.raises(ConfigError, match="block_rate"):
         load_config(bad)

@@ -43,8 +43,14 @@ def scenarios(draw, freezes=True, loss=True):
         )
         if draw(st.booleans()):
             lag = draw(st.sampled_from([0.0, 0.5, 5.0]))  # a failover to a lagging replica, or not
+            restart = lag == 0 and draw(st.booleans())  # or Redis restarting with its data
             faults += (
-                Outage(at=draw(st.floats(0, 300)), duration=draw(st.floats(0.1, 60)), lost_writes=lag),
+                Outage(
+                    at=draw(st.floats(0, 300)),
+                    duration=draw(st.floats(0.1, 60)),
+                    lost_writes=lag,
+                    redis_restart=restart,
+                ),
             )
     return Scenario(
         workers=workers,

@@ -58,9 +58,18 @@ def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
         )
     if get("failover_lag") is not None and get("outage_at") is None:
         fail("--failover-lag", "needs --outage-at T and --outage-for X (the failover's downtime)")
+    if get("redis_restart") and get("outage_at") is None:
+        fail("--redis-restart", "needs --outage-at T and --outage-for X (Redis's downtime)")
+    if get("redis_restart") and get("failover_lag") is not None:
+        fail("--redis-restart", "a restart keeps its data: leave out --failover-lag (that is a failover)")
     if get("outage_at") is not None:
         faults.append(
-            Outage(at=args.outage_at, duration=args.outage_for, lost_writes=get("failover_lag") or 0.0)
+            Outage(
+                at=args.outage_at,
+                duration=args.outage_for,
+                lost_writes=get("failover_lag") or 0.0,
+                redis_restart=bool(get("redis_restart")),
+            )
         )
     if get("child_crash_after") is not None:
         faults.append(ChildCrash(job=0, after=span_dist(args.child_crash_after)))

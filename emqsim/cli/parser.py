@@ -89,6 +89,10 @@ def add_fault_flags(p: argparse.ArgumentParser) -> None:
         "--failover-lag", type=seconds, metavar="S",
         help="... and it is a failover to a replica S s behind: the last S s of lock writes are lost",
     )  # fmt: skip
+    g.add_argument(
+        "--redis-restart", action="store_true",
+        help="... and it is Redis restarting with its data (the producer and the reaper are cut off too)",
+    )  # fmt: skip
     g.add_argument("--outage-rate", type=rate, metavar="R", help="random connection outages per worker-hour")
     g.add_argument(
         "--outage-median",
