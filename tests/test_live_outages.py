@@ -162,6 +162,93 @@ def test_random_outages_are_the_simulators_windows(need_redis):
     assert live_states == sim_states
 
 
+@pytest.mark.redis
+@pytest.mark.parametrize("policy_kind", ["lease", "timeout"])
+def test_a_redis_restart_is_a_real_one_and_agrees_with_the_simulator(need_redis, monkeypatch, policy_kind):
+    # The private redis-server is shut down (SHUTDOWN SAVE) at 5 s and started again on its data at 13 s;
+    # every client reconnects at 15.076 s. Jobs arrive at 2.7, 6.9, 8.5, 10.4, 16.3 and 20.5 s (seed 1): the
+    # three made while Redis is down wait in the producer's queue and are taken only after the reconnect.
+    from emqsim import TimeoutPolicy
+    from emqsim.live.server import PrivateRedis
+
+    seen = []
+    start_again = PrivateRedis.start_again
+
+    def spy(self, *args, **kwargs):
+        started = start_again(self, *args, **kwargs)
+        x = self.client()
+        locks = [k for k in x.scan_iter(match="*:lock")]
+        active = [k for k in x.scan_iter(match="*:active")]
+        seen.append((self.proc.pid, len(locks), sum(x.llen(k) for k in active)))
+        x.close()
+        return started
+
+    monkeypatch.setattr(PrivateRedis, "start_again", spy)
+    scenario = Scenario(
+        name="restart",
+        workers=2,
+        jobs=6,
+        duration=Fixed(WORK),
+        arrival_rate=0.5,
+        faults=(Outage(at=5, duration=8, redis_restart=True),),
+        horizon=300,
+    )
+    chosen = policy() if policy_kind == "lease" else TimeoutPolicy(timeout=12, scan=SCAN)
+    live = run_live(scenario, chosen, time_scale=SCALE, seed=1)
+    sim = simulate(scenario, chosen, seed=1)
+    # a real restart: a new process on the saved data, the jobs still active, every 3 s lock (or none, for
+    # the timeout) expired while Redis was down and left out when it loaded
+    assert len(seen) == 1 and seen[0][1:] == (0, 1)
+    assert [round(a, 3) for a in sim.arrivals] == [2.702, 6.923, 8.545, 10.385, 16.283, 20.45]
+    assert all(abs(a - b) <= MARGIN for a, b in zip(live.arrivals, sim.arrivals, strict=True))
+    for run in (live, sim):
+        made_while_down = [a for a in run.attempts if 5 <= sim.arrivals[int(a.job)] < BACK]
+        assert made_while_down and all(a.started_at >= BACK - MARGIN for a in made_while_down)
+        assert not [s.time for s in run.sweeps if 5 + MARGIN < s.time < BACK - MARGIN]
+        assert {(e.worker, e.kind) for e in run.worker_events if e.kind == "disconnect"} == {
+            (0, "disconnect"),
+            (1, "disconnect"),
+        }
+    if policy_kind == "lease":
+        # the reclaims and their counts as the simulator's (duplicate executions: a reconnect race, as above)
+        assert without_duplicate_executions(live) == without_duplicate_executions(sim)
+        assert sorted(a.worker_state_at_reclaim for a in live.attempts if a.reclaimed_at) == sorted(
+            a.worker_state_at_reclaim for a in sim.attempts if a.reclaimed_at
+        )
+
+
+@pytest.mark.redis
+def test_random_freezes_and_blocks_are_the_simulators(need_redis):
+    # Random freezes and blocked loops come from the run's seeded fault streams, each next one counted from
+    # the end of the last (or from a fault that found its worker already frozen or blocked, and did not
+    # happen): the live workers are frozen and blocked when the simulated ones are, to the margin.
+    from emqsim.distributions import Uniform
+
+    faults = RandomFaults(
+        freeze_rate=400.0,
+        freeze_duration=Uniform(0.5, 3.0),
+        block_rate=400.0,
+        block_duration=Uniform(0.5, 3.0),
+    )
+    scenario = two_jobs(random_faults=faults, jobs=4, work=25.0).with_(horizon=60)
+    live, sim = both(scenario, seed=3)
+    kinds = ("freeze", "resume", "block", "unblock")
+    simulated = [
+        (e.time, e.worker, e.kind) for e in sim.worker_events if e.kind in kinds and e.time <= live.end
+    ]
+    lived = [(e.time, e.worker, e.kind) for e in live.worker_events if e.kind in kinds and e.time <= live.end]
+    assert len(simulated) >= 30
+    assert [e[1:] for e in lived] == [e[1:] for e in simulated]
+    assert max(abs(a[0] - b[0]) for a, b in zip(lived, simulated, strict=True)) <= MARGIN
+
+
+def test_a_restart_of_someone_elses_redis_is_refused():
+    restart = two_jobs(Outage(at=5, duration=8, redis_restart=True))
+    with pytest.raises(ConfigError, match="only its own private redis-server") as info:
+        LiveRun(restart, policy(), time_scale=SCALE, redis_url="redis://localhost:6379/15")
+    assert "\n" not in str(info.value)
+
+
 def test_a_failover_is_refused_with_one_line_naming_without_outages():
     failover = two_jobs(Outage(at=5, duration=8, lost_writes=2))
     with pytest.raises(ConfigError, match="--without-outages") as info:

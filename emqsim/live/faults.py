@@ -38,6 +38,8 @@ class FaultHost(Protocol):
     executing: dict[str, int]
     job_faults: dict[int, list[Crash | Freeze | Block]]
     restart_requested: dict[int, float]
+    redis_down: bool
+    after_restart: list[Callable[[], None]]
     pending_restarts: list[int]
     next_wid: int
 
@@ -108,10 +110,17 @@ class FaultInjection:
         proc.popen.wait()
         self.read_from(proc, final=True)  # everything it wrote before dying
         self.pump(0)  # and what the others reported so far, before looking at Redis
-        self.reconcile(proc, now)
-        for token, owner in list(self.executing.items()):
-            if owner == wid:
-                del self.executing[token]
+
+        def settle() -> None:
+            self.reconcile(proc, now)
+            for token, owner in list(self.executing.items()):
+                if owner == wid:
+                    del self.executing[token]
+
+        if self.redis_down:  # Redis is restarting: look at it once it is back
+            self.after_restart.append(settle)
+        else:
+            settle()
         if restart_after is not None:
             self.at(now + restart_after * self.scale, self.restart)
 
@@ -216,18 +225,22 @@ def _recurring(
     act: Callable[[int, float], None],
 ) -> None:
     """Random freezes or blocks of worker `wid` from `start`: exponential gaps at `rate` per hour, each
-    fault `lengths` long, the next gap counted from the end of the last; none once the worker is dead."""
+    fault `lengths` long, the next gap counted from the end of the last, or from the moment a fault found the
+    worker not alive (already frozen or blocked: then it does not happen); none once the worker is dead. As
+    the simulator's processes: the times are the planned ones, so a timer firing late does not shift the rest."""
 
     def schedule(when: float) -> None:
         gap = max(0.001, to_ms(rng.exponential(HOUR_S / rate)) / 1000)
         duration = max(0.001, to_ms(float(lengths.sample(rng, 1)[0])) / 1000)
+        due = when + gap * host.scale
 
         def fire() -> None:
-            if host.procs[wid].state == "dead":
+            state = host.procs[wid].state
+            if state == "dead":
                 return
             act(wid, duration)
-            schedule(time.time() + duration * host.scale)
+            schedule(due + duration * host.scale if state == "alive" else due)
 
-        host.at(when + gap * host.scale, fire)
+        host.at(due, fire)
 
     schedule(start)

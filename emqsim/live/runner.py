@@ -38,7 +38,17 @@ from typing import Any
 import redis
 
 from emqsim.errors import ConfigError
-from emqsim.faults import Block, ChildCrash, Crash, Freeze, Outage, outage_spans, outage_windows
+from emqsim.faults import (
+    Block,
+    ChildCrash,
+    Crash,
+    Freeze,
+    Outage,
+    OutageWindow,
+    outage_spans,
+    outage_windows,
+    redis_down_windows,
+)
 from emqsim.keys import QueueKeys
 from emqsim.live.faults import FaultInjection
 from emqsim.live.lua import key_names
@@ -139,6 +149,16 @@ class LiveRun(FaultInjection):
             )
         # Connection outages: each worker's windows come from the simulator's own function and streams.
         self.outage_spans = outage_spans(scenario.faults)
+        # Redis restarts: the parent really stops its private redis-server and starts it again on its data.
+        self.restarts: list[OutageWindow] = redis_down_windows(scenario.faults, to_ms(scenario.horizon))
+        if self.restarts and redis_url is not None:
+            raise ConfigError(
+                "live mode restarts only its own private redis-server (Outage redis_restart), never the one at "
+                f"{redis_url}: leave out the Redis URL, or the restart (emqsim live --without-outages)"
+            )
+        self.redis_down = False  # the private server is down (between a restart's SHUTDOWN and its start)
+        self.after_restart: list[Callable[[], None]] = []  # Redis reads that waited for it to be back
+        self.commands_before_restarts = 0  # protocol commands counted by servers since shut down
         rf = scenario.random_faults
         self.has_outages = bool(self.outage_spans) or (rf is not None and rf.outage_rate > 0)
         self.job_faults: dict[int, list[Crash | Freeze | Block]] = {}
@@ -169,6 +189,8 @@ class LiveRun(FaultInjection):
         self.tmpdir: Path | None = None
         self.server: PrivateRedis | None = None
         self.client: redis.Redis | None = None
+        self.restart_watcher: Callable[[], object] | None = None
+        self.commands_before = 0
 
     # -- helpers -------------------------------------------------------------------------------------------
     def at(self, when: float, action: Callable[..., None]) -> None:
@@ -250,14 +272,17 @@ class LiveRun(FaultInjection):
             )
         else:
             first_renew, first_sweep = self.phases(wid)
-        outages = self.outages_of(proc, wid, t_go, restarted) if proc.role == "worker" else []
+        if proc.role == "worker":
+            outages = self.outages_of(proc, wid, t_go, restarted)
+        else:  # the reaper is cut off only while Redis itself restarts
+            outages = [self.real_window(w) for w in self.restarts]
         go = {
             "wid": wid,
             "t0": t_go,
             "first_renew_ms": round(first_renew * self.scale),
             "first_sweep_ms": round(first_sweep * self.scale),
             "seed": int(self._rng("network", wid if wid >= 0 else 10**9).integers(0, 2**31)),
-            "outages": [[begin, back] for begin, _, back in outages],
+            "outages": [[begin, back, self.redis_down_within(begin, back)] for begin, _, back in outages],
         }
         self.send(proc, "go " + json.dumps(go))
         if proc.role == "worker":
@@ -284,7 +309,7 @@ class LiveRun(FaultInjection):
         )
         real = []
         for begin_ms, up_ms, back_ms in windows:
-            begin, up, back = (self.t0 + ms / 1000 * self.scale for ms in (begin_ms, up_ms, back_ms))
+            begin, up, back = self.real_window((begin_ms, up_ms, back_ms))
             real.append((begin, up, back))
             down, wait = (up_ms - begin_ms) / 1000, (back_ms - up_ms) / 1000
             self.connection_event(proc, wid, begin, "disconnect", f"network back in {down:g} s")
@@ -292,6 +317,45 @@ class LiveRun(FaultInjection):
             self.connection_event(proc, wid, back, "reconnect", "resending queued commands")
         proc.outages = [(begin, back) for begin, _, back in real]
         return real
+
+    def real_window(self, window: OutageWindow) -> tuple[float, float, float]:
+        """An outage window in scenario ms -> real times."""
+        begin, up, back = (self.t0 + ms / 1000 * self.scale for ms in window)
+        return begin, up, back
+
+    def redis_down_within(self, begin: float, back: float) -> bool:
+        """Whether Redis itself restarts inside this real window (the worker then holds its parked take too)."""
+        return any(begin <= b < back or b <= begin < r for b, _, r in map(self.real_window, self.restarts))
+
+    def producer_back(self, planned: float) -> float | None:
+        """The real time an add planned at `planned` reaches Redis if Redis is restarting then (the
+        producer's reconnect), else None."""
+        for begin, _, back in map(self.real_window, self.restarts):
+            if begin <= planned < back:
+                return back
+        return None
+
+    def redis_stop(self) -> None:
+        """A Redis restart begins: count the commands so far, then SHUTDOWN SAVE the private server."""
+        assert self.server is not None and self.client is not None
+        self.commands_before_restarts += self.command_total() - self.commands_before
+        self.client.close()
+        self.redis_down = True
+        self.server.shut_down()
+
+    def redis_start(self) -> None:
+        """Redis is back on its saved data; the parent reconnects and runs what waited for it."""
+        assert self.server is not None
+        self.server.start_again()
+        self.client = self.server.client()
+        self.queue = LuaQueue(self.client, self.keys)  # loads the scripts again: a new server has none
+        self.commands_before = self.command_total()
+        self.redis_down = False
+        waiting, self.after_restart = self.after_restart, []
+        for action in waiting:
+            action()
+        if self.restart_watcher is not None:
+            self.restart_watcher()
 
     def connection_event(self, proc: Proc, wid: int, when: float, kind: str, detail: str) -> None:
         """Records only, as the simulator's: a connection event of a worker that is not dead by then."""
@@ -434,9 +498,11 @@ class LiveRun(FaultInjection):
         self.shas = LuaQueue(self.client, self.keys).shas
 
     def watch_evictions(self, stop: threading.Event) -> threading.Thread | None:
-        """On a private server, record when Redis actually removes an expired lock (keyspace events)."""
+        """On a private server, record when Redis actually removes an expired lock (keyspace events). A key
+        whose time passes while a restart has Redis down is left out when Redis loads its data: no event."""
         if self.server is None or not self.record_locks:
             return None
+        self.restart_watcher = lambda: self.watch_evictions(stop)
         pubsub = self.server.client().pubsub(ignore_subscribe_messages=True)
         pubsub.subscribe("__keyevent@0__:expired")
 
@@ -537,7 +603,7 @@ class LiveRun(FaultInjection):
     def _run(self) -> Run:
         scenario = self.scenario
         assert self.client is not None
-        commands_before = self.command_total()
+        self.commands_before = self.command_total()
         initial = [self.spawn("worker") for _ in range(scenario.workers)]
         reaper = self.spawn("reaper") if self.live.swept_by == "reaper" else None
         if self.can_restart():
@@ -565,7 +631,11 @@ class LiveRun(FaultInjection):
                 )
         for wid in range(scenario.workers):
             self.random_faults(wid, self.t0)
-        queue = LuaQueue(self.client, self.keys)
+        for window in self.restarts:
+            begin, up, _ = self.real_window(window)
+            self.at(begin, self.redis_stop)
+            self.at(up, self.redis_start)
+        self.queue = LuaQueue(self.client, self.keys)
         horizon = self.t0 + scenario.horizon * self.scale
         next_job = 0
         next_sample = 0.0
@@ -573,13 +643,17 @@ class LiveRun(FaultInjection):
         while True:
             now = time.time()
             while next_job < scenario.jobs and self.t0 + self.arrival_s[next_job] * self.scale <= now:
-                queue.add(str(next_job))
-                self.arrived.append(time.time())
+                planned = self.t0 + self.arrival_s[next_job] * self.scale
+                back = self.producer_back(planned)
+                if back is not None and (now < back or self.redis_down):
+                    break  # the producer's offline queue: sent in order once it reconnects
+                self.queue.add(str(next_job))
+                self.arrived.append(time.time() if back is None else planned)
                 next_job += 1
             while self.schedule and self.schedule[0][0] <= now:
                 _, _, action = heapq.heappop(self.schedule)
                 action()
-            if now >= next_sample:
+            if now >= next_sample and not self.redis_down:
                 self.resident_peak = max(self.resident_peak, int(self.client.dbsize()) - self.foreign)
                 next_sample = now + 0.05
             if next_job == scenario.jobs and self.settled >= scenario.jobs and not self.executing:
@@ -591,13 +665,17 @@ class LiveRun(FaultInjection):
                 horizon,
                 now + 0.05,
                 self.schedule[0][0] if self.schedule else math.inf,
-                self.t0 + self.arrival_s[next_job] * self.scale if next_job < scenario.jobs else math.inf,
+                self.next_add(next_job) if next_job < scenario.jobs else math.inf,
             )
             self.pump(wake - time.time())
         end = time.time()
+        if self.redis_down:  # the run ended while Redis restarts: read the final state from its saved data
+            self.redis_start()
         # Each empty poll ran one LMOVE inside `take`; the simulator's blocking take parks instead.
         polls = sum(p.counts.get("poll", 0) for p in self.all_procs)
-        self.redis_commands = max(0, self.command_total() - commands_before - polls)
+        self.redis_commands = max(
+            0, self.commands_before_restarts + self.command_total() - self.commands_before - polls
+        )
         x = self.client
         self.final_state = {
             "wait": int(x.llen(self.keys.wait)),
@@ -607,6 +685,12 @@ class LiveRun(FaultInjection):
         }
         self.stop_all()
         return build_run(self, end, ended_by)
+
+    def next_add(self, job: int) -> float:
+        """When the producer next sends an add: at the job's arrival, or at its reconnect after a restart."""
+        planned = self.t0 + self.arrival_s[job] * self.scale
+        back = self.producer_back(planned)
+        return planned if back is None else back
 
     def stop_all(self) -> None:
         """Ask every process to stop, then SIGKILL its process group whatever it did; read its last words."""

@@ -1,7 +1,8 @@
 """Where a live run's Redis comes from: a private throwaway `redis-server`, or the user's, checked first.
 
-A private server listens only on a unix socket in a temporary directory, persists nothing, and is stopped
-(and its directory removed) when the run ends. A user's Redis (`redis_url`) is used only if it holds no
+A private server listens only on a unix socket in a temporary directory, saves nothing on its own (only a
+restart's `SHUTDOWN SAVE` writes its data, to load it again), and is stopped (and its directory removed) when
+the run ends. A user's Redis (`redis_url`) is used only if it holds no
 key outside the run's own prefix, unless the caller allows sharing; the run deletes its own keys after.
 """
 
@@ -89,6 +90,30 @@ class PrivateRedis:
     def start(self, timeout: float = 15.0) -> PrivateRedis:
         """Start the server and wait until it answers PING."""
         self.workdir = Path(tempfile.mkdtemp(prefix="emqsim-live-"))
+        return self._launch(timeout)
+
+    def shut_down(self, timeout: float = 15.0) -> None:
+        """Take the server down as a restart does: `SHUTDOWN SAVE` (its data written to dump.rdb in its
+        directory, every client's connection closed), then wait for the process to end."""
+        assert self.proc is not None
+        client = self.client(socket_timeout=timeout)
+        try:
+            client.shutdown(save=True)
+        except redis.ConnectionError:
+            pass  # the reply to a successful SHUTDOWN is the closed connection
+        finally:
+            client.close()
+        self.proc.wait(timeout=timeout)
+        self.proc = None
+
+    def start_again(self, timeout: float = 15.0) -> PrivateRedis:
+        """Start the server again on the same socket and directory; it loads dump.rdb, leaving out every key
+        whose (absolute) expiry passed while it was down."""
+        assert self.workdir is not None and self.proc is None
+        return self._launch(timeout)
+
+    def _launch(self, timeout: float) -> PrivateRedis:
+        assert self.workdir is not None
         cmd = [
             self.binary,
             "--port", "0",

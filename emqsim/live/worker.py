@@ -25,7 +25,10 @@ parent with the simulator's own function; a request sent inside a window waits i
 the reconnect and is then sent, in the order it was queued. A take already waiting for a job when the
 connection drops (a parked blocking take; here the fetcher's polls since before the disconnect) stays
 parked at Redis, as in the simulator: it may take a job during the outage, and the worker reads that reply
-at the reconnect. The connection to the local redis-server itself stays up.
+at the reconnect. The connection to the local redis-server itself stays up, except while the parent
+restarts it (a Redis restart: windows marked `down`): then the parked take is dropped with its connection
+and resent at the reconnect like every other request, and a request that meets the server still starting
+(a refused connection) is tried again every 5 ms, as ioredis keeps reconnecting.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 if __package__:
     from .lua import RawScripts
@@ -83,6 +88,7 @@ class LiveWorker:
             health_check_interval=0,
             socket_timeout=SOCKET_TIMEOUT,
             socket_connect_timeout=SOCKET_TIMEOUT,
+            retry=Retry(NoBackoff(), 0),  # no hidden back-off: `call` decides what is tried again
         )
         self.scripts = RawScripts(self.client, cfg["keys"], cfg["shas"])
         self.out_lock = threading.Lock()
@@ -101,7 +107,8 @@ class LiveWorker:
         self.command_timeout = float(net.get("command_timeout_s", 1.0))
         self.rng = random.Random(0)
         self.rng_lock = threading.Lock()
-        self.outages: list[tuple[float, float]] = []  # (disconnected, reconnected), real times, from `go`
+        # (disconnected, reconnected, Redis itself down), real times, from `go`
+        self.outages: list[tuple[float, float, bool]] = []
         self.offline = threading.Condition()  # the offline queue: requests sent in ticket order
         self.tickets = 0
         self.served = 0
@@ -144,17 +151,32 @@ class LiveWorker:
                 if not retry:
                     return time.time(), LOST
                 continue
-            if offline:
+            if offline or self.redis_down_at(time.time()):
                 return self.send(fn)
             t = time.time()
-            return t, fn(t)
+            return t, self.call(fn, t)
 
     def reconnect_at(self, t: float) -> float | None:
         """The reconnect ending the outage `t` falls in (None: the connection is up at `t`)."""
-        for begin, back in self.outages:
+        for begin, back, _ in self.outages:
             if begin <= t < back:
                 return back
         return None
+
+    def redis_down_at(self, t: float) -> bool:
+        return any(begin <= t < back and down for begin, back, down in self.outages)
+
+    def call(self, fn: Any, t: float) -> Any:
+        """`fn(t)`; around a Redis restart a refused or dropped connection is tried again every 5 ms (for
+        up to 30 s after the last restart's reconnect), elsewhere it ends the worker as before."""
+        while True:
+            try:
+                return fn(t)
+            except redis.ConnectionError:
+                last = max((back for _, back, down in self.outages if down), default=None)
+                if last is None or time.time() > last + 30.0 or self.stopping.is_set():
+                    raise
+                time.sleep(0.005)
 
     def send(self, fn: Any) -> tuple[float, Any]:
         """Send `fn(t)` now, or, while disconnected, queue it until the reconnect and send it then, after the
@@ -162,7 +184,7 @@ class LiveWorker:
         t = time.time()
         back = self.reconnect_at(t)
         if back is None:
-            return t, fn(t)
+            return t, self.call(fn, t)
         with self.offline:
             ticket = self.tickets
             self.tickets += 1
@@ -172,7 +194,7 @@ class LiveWorker:
                 self.offline.wait(0.05)
         try:
             t = time.time()
-            return t, fn(t)
+            return t, self.call(fn, t)
         finally:
             with self.offline:
                 self.served += 1
@@ -391,7 +413,7 @@ class LiveWorker:
                 self.first_renew_ms = int(go["first_renew_ms"])
                 self.first_sweep_ms = int(go["first_sweep_ms"])
                 self.rng.seed(int(go["seed"]))
-                self.outages = [(float(b), float(r)) for b, r in go.get("outages", ())]
+                self.outages = [(float(b), float(r), bool(d)) for b, r, d in go.get("outages", ())]
                 self.go.set()
                 self.start_threads()
             elif words[0] == "block" and self.go.is_set():
