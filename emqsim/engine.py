@@ -26,6 +26,7 @@ from emqsim.faults import (
     Outage,
     OutageWindow,
     as_distribution,
+    disconnect_detail,
     outage_spans,
     outage_windows,
     redis_down_windows,
@@ -260,7 +261,7 @@ class Simulation:
             yield self.env.timeout(begin - int(self.env.now))
             if worker.state == DEAD:
                 return
-            self.worker_event(worker.wid, "disconnect", f"network back in {(up - begin) / 1000:g} s")
+            self.worker_event(worker.wid, "disconnect", disconnect_detail((begin, up, back), self.redis_down))
             yield self.env.timeout(up - begin)
             if worker.state == DEAD:
                 return

@@ -190,6 +190,14 @@ def redis_down_windows(faults: Iterable[object], horizon_ms: int) -> list[Outage
     return outage_windows(sorted(spans), -1, 0, False, None, horizon_ms, _no_stream)
 
 
+def disconnect_detail(window: OutageWindow, redis_down: list[OutageWindow]) -> str:
+    """The `disconnect` record's detail: whose outage it is (Redis restarting, or the connection's) and when
+    the far side is back."""
+    begin, up, back = window
+    restart = any(b < back and begin < r for b, _, r in redis_down)
+    return f"{'Redis restarting' if restart else 'network'} back in {(up - begin) / 1000:g} s"
+
+
 def _no_stream() -> np.random.Generator:
     raise AssertionError("Redis restarts are explicit faults: no random draws")
 

@@ -73,13 +73,24 @@ def connection_events(run) -> list[tuple[float, int, str]]:
 
 
 @pytest.mark.redis
-def test_a_long_outage_lapses_the_lease_as_the_simulator_says(need_redis):
+def test_a_long_outage_lapses_the_lease_as_the_simulator_says(need_redis, monkeypatch):
     # Worker 0's connection is down from 5 s for 12 s; BullMQ's backoff reconnects it at 23.179 s. Its job's
     # work ends at 6 s, and the finish waits in the offline queue; so do its renewals: the lock lapses (by
     # 5 + lease), a sweep of worker 1 reclaims the job (7-10 s) and worker 1, idle since 6 s, takes it again at
     # once and completes it by 16 s; worker 0's finish reaches Redis at the reconnect and is rejected. (6 s jobs: the re-take never
     # ties with the end of worker 0's work, so whether the job ran twice at once does not hang on a race.)
+    # At the disconnect Redis closes worker 0's connections for real (CLIENT KILL), and only worker 0's.
+    dropped = []
+    drop = LiveRun.drop_connections
+
+    def spy(self, proc, wid):
+        before = self.connections_dropped
+        drop(self, proc, wid)
+        dropped.append((wid, self.connections_dropped - before))
+
+    monkeypatch.setattr(LiveRun, "drop_connections", spy)
     live, sim = both(two_jobs(Outage(at=5, duration=12, worker=0), work=6.0))
+    assert len(dropped) == 1 and dropped[0][0] == 0 and dropped[0][1] >= 1
     for run in (live, sim):
         reclaimed = [a for a in run.attempts if a.reclaimed_at is not None]
         assert [(a.worker, a.worker_state_at_reclaim) for a in reclaimed] == [(0, "disconnected")]
@@ -270,3 +281,41 @@ def test_the_cli_refuses_a_failover_with_exit_2_and_one_line(monkeypatch, capsys
     )
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--without-outages" in err and "failover" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--redis-restart-for", "3"], "--redis-restart-for: needs --redis-restart-at"),
+        (["--redis-restart-at", "5", "--redis", "redis://localhost:6379/15"], "only its own private"),
+        (["--redis-restart-at", "-1"], "--redis-restart-at"),
+    ],
+)
+def test_the_live_cli_checks_its_restart_flags(argv, needle, capsys):
+    from emqsim.cli.app import main
+
+    try:
+        code = main(["live", "--lease", "3", "--scan", "1", *argv])
+    except SystemExit as exc:  # argparse's own checks
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) <= 2
+
+
+@pytest.mark.redis
+def test_the_live_cli_restarts_redis(need_redis, capsys):
+    from emqsim.cli.app import main
+
+    argv = ["live", "--redis-restart-at", "2", "--redis-restart-for", "8", "--time-scale", "0.05", "--json"]
+    assert main(argv) == 0
+    import json
+
+    report = json.loads(capsys.readouterr().out)
+    # fast-dead: worker 0 dies at about 1 s; worker 1 is cut off while Redis restarts, 2 s -> 12.076 s
+    events = [e for e in report["run"]["worker_events"] if e["worker"] == 1 and e["kind"] != "start"]
+    assert [(e["kind"], e["detail"]) for e in events] == [
+        ("disconnect", "Redis restarting back in 8 s"),
+        ("network_up", "reconnect in 2.076 s"),
+        ("reconnect", "resending queued commands"),
+    ]

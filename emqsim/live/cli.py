@@ -15,6 +15,7 @@ import time
 import warnings
 from dataclasses import replace
 
+from emqsim.cli.argtypes import seconds, seconds_or_zero
 from emqsim.errors import ConfigError
 from emqsim.faults import Outage
 from emqsim.policies import LeasePolicy, LeaseWarning, ReclaimPolicy, TimeoutPolicy
@@ -65,6 +66,13 @@ def add_live_arguments(parser: argparse.ArgumentParser) -> None:
         help="drop the scenario's connection outages, failovers included (live mode refuses only failovers; "
         "compare with `emqsim run --scenario NAME --outage-rate 0`)",
     )
+    parser.add_argument(
+        "--redis-restart-at",
+        type=seconds_or_zero,
+        metavar="T",
+        help="restart the private redis-server at T scenario s (SHUTDOWN SAVE, then a start on its data)",
+    )
+    parser.add_argument("--redis-restart-for", type=seconds, metavar="X", help="... down for X s (default 5)")
     g = parser.add_argument_group("policy (scenario seconds): the lease, or --timeout for the reaper")
     g.add_argument("--lease", metavar="S", help="lock lease (default 30)")
     g.add_argument("--beat", metavar="S", help="heartbeat period (default lease/3)")
@@ -143,6 +151,16 @@ def main_live(args: argparse.Namespace) -> int:
     scenario = standard(args.scenario)
     if args.without_outages:
         scenario = without_outages(scenario)
+    if args.redis_restart_for is not None and args.redis_restart_at is None:
+        raise ConfigError("--redis-restart-for: needs --redis-restart-at T (when Redis goes down)")
+    if args.redis_restart_at is not None:
+        if args.redis:
+            raise ConfigError(
+                "--redis-restart-at: live mode restarts only its own private redis-server; leave out --redis"
+            )
+        down = args.redis_restart_for if args.redis_restart_for is not None else 5.0
+        restart = Outage(at=args.redis_restart_at, duration=down, redis_restart=True)
+        scenario = replace(scenario, faults=(*scenario.faults, restart))
     started = time.monotonic()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", LiveWarning)

@@ -45,6 +45,7 @@ from emqsim.faults import (
     Freeze,
     Outage,
     OutageWindow,
+    disconnect_detail,
     outage_spans,
     outage_windows,
     redis_down_windows,
@@ -65,6 +66,7 @@ from emqsim.live.server import (
     no_retry,
 )
 from emqsim.live.settings import DEFAULT_TIME_SCALE, LiveSettings, LiveWarning
+from emqsim.live.worker import connection_name
 from emqsim.policies import ReclaimPolicy
 from emqsim.records import Run
 from emqsim.scenario import Scenario
@@ -191,6 +193,7 @@ class LiveRun(FaultInjection):
         self.client: redis.Redis | None = None
         self.restart_watcher: Callable[[], object] | None = None
         self.commands_before = 0
+        self.connections_dropped = 0  # worker connections closed at outages' disconnects
 
     # -- helpers -------------------------------------------------------------------------------------------
     def at(self, when: float, action: Callable[..., None]) -> None:
@@ -311,12 +314,26 @@ class LiveRun(FaultInjection):
         for begin_ms, up_ms, back_ms in windows:
             begin, up, back = self.real_window((begin_ms, up_ms, back_ms))
             real.append((begin, up, back))
-            down, wait = (up_ms - begin_ms) / 1000, (back_ms - up_ms) / 1000
-            self.connection_event(proc, wid, begin, "disconnect", f"network back in {down:g} s")
+            wait = (back_ms - up_ms) / 1000
+            detail = disconnect_detail((begin_ms, up_ms, back_ms), self.restarts)
+            self.connection_event(proc, wid, begin, "disconnect", detail)
+            if not self.redis_down_within(begin, back):  # a restart closes every connection itself
+                self.at(begin, lambda w=wid, p=proc: self.drop_connections(p, w))
             self.connection_event(proc, wid, up, "network_up", f"reconnect in {wait:g} s")
             self.connection_event(proc, wid, back, "reconnect", "resending queued commands")
         proc.outages = [(begin, back) for begin, _, back in real]
         return real
+
+    def drop_connections(self, proc: Proc, wid: int) -> None:
+        """The disconnect of one worker's outage: Redis closes that worker's connections (`CLIENT KILL`)."""
+        if proc.state == "dead" or self.client is None or self.redis_down:
+            return
+        name = connection_name(wid)
+        for conn in self.client.client_list():
+            if conn.get("name") == name:
+                with contextlib.suppress(redis.ResponseError):  # closed meanwhile
+                    self.client.client_kill_filter(_id=conn["id"])
+                self.connections_dropped += 1
 
     def real_window(self, window: OutageWindow) -> tuple[float, float, float]:
         """An outage window in scenario ms -> real times."""

@@ -25,10 +25,13 @@ parent with the simulator's own function; a request sent inside a window waits i
 the reconnect and is then sent, in the order it was queued. A take already waiting for a job when the
 connection drops (a parked blocking take; here the fetcher's polls since before the disconnect) stays
 parked at Redis, as in the simulator: it may take a job during the outage, and the worker reads that reply
-at the reconnect. The connection to the local redis-server itself stays up, except while the parent
-restarts it (a Redis restart: windows marked `down`): then the parked take is dropped with its connection
-and resent at the reconnect like every other request, and a request that meets the server still starting
-(a refused connection) is tried again every 5 ms, as ioredis keeps reconnecting.
+at the reconnect. At the disconnect the parent closes this worker's connections for real (`CLIENT KILL`;
+the worker names them `emqsim-w<id>`); a request the close caught waits for the reconnect and is resent,
+as ioredis resends unanswered commands. The polls standing for a parked take open a new connection (in the
+model that take is still parked at Redis). While the parent restarts Redis (windows marked `down`) every
+connection is closed by the shutdown, the parked take is dropped with it and resent at the reconnect like
+every other request, and a request that meets the server still starting is tried again every 5 ms, as
+ioredis keeps reconnecting.
 """
 
 from __future__ import annotations
@@ -62,6 +65,11 @@ LOST = object()  # a request dropped by the emulated network
 SOCKET_TIMEOUT = 5.0
 
 
+def connection_name(wid: int) -> str:
+    """The name a worker's Redis connections carry (`CLIENT SETNAME`) when it has outages."""
+    return f"emqsim-w{wid}"
+
+
 class Tracked:
     """A tracked take, keyed by its token: one worker may hold a job twice (a stale take and a new one)."""
 
@@ -81,15 +89,7 @@ class LiveWorker:
         self.label = ""
         self.first_renew_ms = 0
         self.first_sweep_ms = 0
-        conn = cfg["redis"]
-        self.client = redis.Redis.from_url(
-            conn,
-            decode_responses=True,
-            health_check_interval=0,
-            socket_timeout=SOCKET_TIMEOUT,
-            socket_connect_timeout=SOCKET_TIMEOUT,
-            retry=Retry(NoBackoff(), 0),  # no hidden back-off: `call` decides what is tried again
-        )
+        self.client = self.connect()
         self.scripts = RawScripts(self.client, cfg["keys"], cfg["shas"])
         self.out_lock = threading.Lock()
         self.tracked: dict[str, Tracked] = {}
@@ -112,6 +112,18 @@ class LiveWorker:
         self.offline = threading.Condition()  # the offline queue: requests sent in ticket order
         self.tickets = 0
         self.served = 0
+
+    def connect(self, name: str | None = None) -> redis.Redis:
+        """A client of the run's Redis (named `name`, if given); `call` decides what is tried again."""
+        return redis.Redis.from_url(
+            self.cfg["redis"],
+            decode_responses=True,
+            health_check_interval=0,
+            socket_timeout=SOCKET_TIMEOUT,
+            socket_connect_timeout=SOCKET_TIMEOUT,
+            retry=Retry(NoBackoff(), 0),
+            client_name=name,
+        )
 
     # -- reporting ------------------------------------------------------------------------------------------
     def emit(self, event: str, **fields: Any) -> None:
@@ -167,14 +179,21 @@ class LiveWorker:
         return any(begin <= t < back and down for begin, back, down in self.outages)
 
     def call(self, fn: Any, t: float) -> Any:
-        """`fn(t)`; around a Redis restart a refused or dropped connection is tried again every 5 ms (for
-        up to 30 s after the last restart's reconnect), elsewhere it ends the worker as before."""
+        """`fn(t)`. A connection closed by an outage's disconnect: the request is resent at the reconnect.
+        Around a Redis restart a refused or dropped connection is tried again every 5 ms (for up to 30 s
+        after the last restart's reconnect). Elsewhere a connection error ends the worker, as before."""
         while True:
             try:
                 return fn(t)
             except redis.ConnectionError:
+                if self.stopping.is_set():
+                    raise
+                back = self.reconnect_at(time.time())
+                if back is not None:
+                    self.sleep_until(back)
+                    continue
                 last = max((back for _, back, down in self.outages if down), default=None)
-                if last is None or time.time() > last + 30.0 or self.stopping.is_set():
+                if last is None or time.time() > last + 30.0:
                     raise
                 time.sleep(0.005)
 
@@ -414,6 +433,10 @@ class LiveWorker:
                 self.first_sweep_ms = int(go["first_sweep_ms"])
                 self.rng.seed(int(go["seed"]))
                 self.outages = [(float(b), float(r), bool(d)) for b, r, d in go.get("outages", ())]
+                if self.outages:  # named, so that the parent can close this worker's connections
+                    self.client.close()
+                    self.client = self.connect(connection_name(self.wid))
+                    self.scripts = RawScripts(self.client, self.cfg["keys"], self.scripts.shas)
                 self.go.set()
                 self.start_threads()
             elif words[0] == "block" and self.go.is_set():
