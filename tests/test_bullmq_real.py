@@ -170,7 +170,9 @@ def test_freeze_threshold_matches_the_preset(session: dict[str, Any]) -> None:
     assert rows[2.4]["renewal_failed_after_resume"] == FREEZES[2.4]
     assert freeze["lapse_evidence_agrees"] == freeze["freezes"] == sum(FREEZES.values())
     rule = freeze["lapse_rule"]  # job by job: lost iff u + F > L, u measured from the last renewal
-    assert rule["agree"] + rule["ambiguous"] == rule["of"] == freeze["freezes"] and rule["ambiguous"] <= 2
+    assert rule["agree"] + rule["ambiguous"] == rule["of"] == freeze["freezes"] and rule["ambiguous"] <= 2, (
+        rule
+    )
     for f, row in rows.items():
         assert row["models"]["bullmq"]["analytic"] == (0.0 if f < 1.5 else 1.0)
 
@@ -193,7 +195,7 @@ def test_event_loop_blocking_is_stalled_iff_it_outlasts_the_lock_as_the_preset_s
     assert block["agrees"]["bullmq"], block["rows"]
     rows = {row["freeze"]: row for row in block["rows"]}
     assert rows[1.4]["lost"] <= 3
-    assert rows[2.4]["lost"] == rows[2.4]["n"] == BLOCKS[2.4]
+    assert rows[2.4]["lost"] == rows[2.4]["n"] == BLOCKS[2.4], block["lapse_rule"]["disagree"]
     assert block["lapse_evidence_agrees"] == block["freezes"] == sum(BLOCKS.values())
     for f, row in rows.items():
         assert row["models"]["bullmq"]["analytic"] == (0.0 if f < 1.5 else 1.0)

@@ -76,7 +76,8 @@ INSTALL_HINT = (
 MODELS = ("bullmq", "renew-every-lockRenewTime", "single-phase")
 SIM_RTT = 0.002  # emqsim's default round trip (Network().rtt); the measured one is reported next to it
 ALPHA = 0.001  # a comparison "agrees" unless a test rejects at this level (see `latencies_agree`)
-LATE_SLACK = 0.3  # s: the real max may exceed the simulated one by this much (see `latencies_agree`)
+LATE_SLACK = 0.3  # s: the real max may exceed the simulated one by this much, or by the run's own measured
+# timer lateness if larger (see `latencies_agree` and `timer_lateness`)
 CRASH_AFTER = (1.2, 3.2)  # s into the job: after its first renewal (which comes 0.5..1 s in)
 FREEZE_AFTER = (1.2, 2.2)
 FREEZE_LENGTHS = (1.2, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 2.0, 2.2, 2.5)
@@ -133,8 +134,11 @@ class Settings:
     @property
     def window(self) -> float:
         """Seconds after a worker stops in which its job must be reclaimed: two-phase worst case plus a
-        hand-over to another sweeper (max(L, S) + 2 S), plus 1.5 s for timers and scheduling."""
-        return max(self.lease, self.scan) + 2 * self.scan + 1.5
+        hand-over to another sweeper (max(L, S) + 2 S), plus 4 s for timers and scheduling (on a loaded box
+        sweep timers were measured up to 1 s late, twice in a row; 1.5 s once ended a round before a late
+        sweep moved a job back, which then counted as not lost). A round waits this long only for a job
+        that has not settled, so the margin costs nothing when all goes well."""
+        return max(self.lease, self.scan) + 2 * self.scan + 4.0
 
 
 @dataclass(frozen=True)
@@ -172,6 +176,14 @@ def _die_with_parent() -> None:
         _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
+def _lowest_priority_dying_with_parent() -> None:
+    """preexec_fn of a victim whose processor spins: nice 19, so that its busy loop, however many run at
+    once, never keeps redis-server, the sweepers or the harness from a core (a renewal the victim sent just
+    before its block must reach Redis then, not when a core frees)."""
+    os.nice(19)
+    _die_with_parent()
+
+
 def _kill_group(proc: subprocess.Popen[Any]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
@@ -183,7 +195,13 @@ class NodeProcess:
     """One node script; every JSON line it prints goes to `on_message(self, msg)` from a reader thread."""
 
     def __init__(
-        self, name: str, script: str, args: Sequence[str], log: Path, on_message: Callable[..., None]
+        self,
+        name: str,
+        script: str,
+        args: Sequence[str],
+        log: Path,
+        on_message: Callable[..., None],
+        spins: bool = False,
     ) -> None:
         self.name = name
         self.on_message = on_message
@@ -197,7 +215,7 @@ class NodeProcess:
             text=True,
             bufsize=1,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=_lowest_priority_dying_with_parent if spins else _die_with_parent,
         )
         self.pid = self.proc.pid
         self.reader = threading.Thread(target=self._read, name=f"read-{name}", daemon=True)
@@ -518,8 +536,8 @@ class Round:
                 return False
         return True
 
-    def _spawn(self, name: str, script: str, args: list[str]) -> NodeProcess:
-        proc = NodeProcess(name, script, args, self.workdir / f"{name}.log", self._on_message)
+    def _spawn(self, name: str, script: str, args: list[str], spins: bool = False) -> NodeProcess:
+        proc = NodeProcess(name, script, args, self.workdir / f"{name}.log", self._on_message, spins)
         self.procs.append(proc)
         return proc
 
@@ -538,7 +556,8 @@ class Round:
                                    ["--socket", self.socket, "--queues", ",".join(queues)])  # fmt: skip
             for q in queues:
                 delay = str(int(self.rng.integers(0, s.stalled_ms)))
-                victim = self._spawn(q, "worker.mjs", [*options, "--queues", q, "--delays", delay])
+                spins = any(plan.block for plan in self.plans)
+                victim = self._spawn(q, "worker.mjs", [*options, "--queues", q, "--delays", delay], spins)
                 self.victim_pids.add(victim.pid)
             # survivors: `survivors` processes with one Worker per queue (shared), or one process per Worker
             groups = [queues] if self.shared else [[q] for q in queues]
@@ -848,10 +867,10 @@ def _replay_summary(jobs: Sequence[JobRecord], lease: float, match: float = 0.00
     }
 
 
-def _lapse_rule_summary(jobs: Sequence[JobRecord], lease: float, tol: float = 0.005) -> dict[str, int]:
+def _lapse_rule_summary(jobs: Sequence[JobRecord], lease: float, tol: float = 0.005) -> dict[str, Any]:
     """Job by job, the rule `u + F > L` (u: time from the last lock set to SIGSTOP, F: the measured freeze)
     against whether the job was lost; `ambiguous` when u + F is within `tol` of L."""
-    out = {"of": 0, "agree": 0, "ambiguous": 0}
+    out: dict[str, Any] = {"of": 0, "agree": 0, "ambiguous": 0, "disagree": []}
     for j in jobs:
         last, frozen = j.last_lock_set, j.frozen_for
         if last is None or frozen is None or j.fault_at is None:
@@ -860,8 +879,22 @@ def _lapse_rule_summary(jobs: Sequence[JobRecord], lease: float, tol: float = 0.
         margin = (j.fault_at - last) + frozen - lease
         if abs(margin) < tol:
             out["ambiguous"] += 1
-        else:
-            out["agree"] += (margin > 0) == j.lost
+        elif (margin > 0) == j.lost:
+            out["agree"] += 1
+        else:  # what the next look needs: when the lock was set, by what evidence, and what followed
+            out["disagree"].append(
+                {
+                    "queue": j.queue,
+                    "u": round(j.fault_at - last, 4),
+                    "frozen_for": round(frozen, 4),
+                    "lock_read": j.lock_set_at is not None,
+                    "lost": j.lost,
+                    "renewal_after_resume": j.renewal_after_resume,
+                    "renewals_after_fault": [round(t - j.fault_at, 4) for t in j.renewals if t > j.fault_at][
+                        :3
+                    ],
+                }
+            )
     return out
 
 
@@ -873,6 +906,19 @@ def renewal_summary(jobs: Sequence[JobRecord], settings: Settings) -> dict[str, 
     out["skipped_ticks"] = int((x > 0.75 * settings.renew).sum()) if x.size else 0
     out["model"] = renewal_period(RenewalRule.bullmq(settings.lease), rtt=SIM_RTT)
     return out
+
+
+def timer_lateness(jobs: Sequence[JobRecord], scan: float) -> float:
+    """The worst lateness of a sweep timer in the round, measured: after a crash the queue's only sweeper is
+    its survivor, so every gap between two sweeps that ran after the crash is one period of the survivor's
+    timer, `scan` plus how late it fired (0 when there are no such gaps)."""
+    gaps = [
+        g
+        for j in jobs
+        if j.fault_at is not None
+        for g in np.diff(sorted(t for t in j.sweeps if t > j.fault_at))
+    ]
+    return max(0.0, max(gaps, default=scan) - scan)
 
 
 def crash_report(
@@ -902,13 +948,15 @@ def crash_report(
             lease_detection(settings.lease, RenewalRule.bullmq(settings.lease), settings.scan, rtt=SIM_RTT)
         ),
         "real_wall_seconds": max(r.wall for r in results),
+        "timer_lateness": timer_lateness(jobs, settings.scan),
         "errors": sorted({e for r in results for e in r.errors})[:10],
         "models": {},
     }
     for model in models:
         sim = simulate_crashes(settings, survivors, after, model=model, samples=samples, seed=seed)
         cmp = compare_latencies(latencies, sim.latencies)
-        cmp["agrees"] = latencies_agree(cmp, tick=settings.renew / 2)
+        late = max(LATE_SLACK, report["timer_lateness"])  # a real latency is late by as much as its sweep
+        cmp["agrees"] = latencies_agree(cmp, tick=settings.renew / 2, late=late)
         if model == "bullmq":
             report["sim_sweep_gaps"] = _quantiles(sim.sweep_gaps)
         report["models"][model] = cmp
@@ -1055,6 +1103,9 @@ def print_crash(report: dict[str, Any]) -> None:
         f"sim median {sg['p50']:.3f} s, mean {sg['mean']:.3f}, max {sg['max']:.3f}"
     )
     print("  " + replay_line(rp))
+    print(
+        f"  sweep timers fired up to {report['timer_lateness'] * 1000:.0f} ms late (allowed above the sim's max)"
+    )
     a = report["analytic"]
     print(f"  analytic lease_detection: mean {a['mean']:.3f} s (lower bound), [{a['lo']:.3f}, {a['hi']:.3f}]")
     for model, c in report["models"].items():
