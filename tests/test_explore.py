@@ -137,10 +137,12 @@ def test_workers_sweeping_detection_against_the_closed_form():
 
 
 def test_workers_sweeping_stays_within_the_bounds_when_the_sweeper_hands_over():
-    lease, beat, scan = 0.3, 0.1, 0.4  # scan > lease: a crashed sweeper's hand-over delays detection
+    # scan > lease: a crashed sweeper's hand-over delays detection. (0.3 / 0.1 / 0.4 s on a 50 ms grid scaled
+    # by 1/5, as above: the same shape and grid, every boundary refined to 1 ms; a quarter of the run time.)
+    lease, beat, scan = 0.06, 0.02, 0.08
     for two_phase in (True, False):
         policy = LeasePolicy(lease, beat, scan, swept_by="workers", two_phase=two_phase)
-        result = explore(space(policy, [FaultSpec("crash")], step=50), ties=False)
+        result = explore(space(policy, [FaultSpec("crash")], step=10), ties=False)
         theory = lease_detection(lease, beat, scan, swept_by="workers", two_phase=two_phase)
         assert theory.lo * 1000 - 1e-6 <= result.latency_min <= result.latency_max <= theory.hi * 1000 + 1e-6
         assert result.latency_mean >= theory.mean * 1000 - 1e-6  # the closed-form mean is a lower bound here
