@@ -211,7 +211,13 @@ def test_a_redis_restart_is_a_real_one_and_agrees_with_the_simulator(need_redis,
     # the timeout) expired while Redis was down and left out when it loaded
     assert len(seen) == 1 and seen[0][1:] == (0, 1)
     assert [round(a, 3) for a in sim.arrivals] == [2.702, 6.923, 8.545, 10.385, 16.283, 20.45]
-    assert all(abs(a - b) <= MARGIN for a, b in zip(live.arrivals, sim.arrivals, strict=True))
+    # a job made while Redis was down keeps the time it was made as its arrival, exactly (the others are
+    # recorded when the live add ran, late by however busy the machine is)
+    made_while_down = [k for k, a in enumerate(sim.arrivals) if 5 <= a < BACK]
+    assert made_while_down == [1, 2, 3]
+    assert [round(live.arrivals[k], 3) for k in made_while_down] == [
+        round(sim.arrivals[k], 3) for k in made_while_down
+    ]
     for run in (live, sim):
         made_while_down = [a for a in run.attempts if 5 <= sim.arrivals[int(a.job)] < BACK]
         assert made_while_down and all(a.started_at >= BACK - MARGIN for a in made_while_down)
