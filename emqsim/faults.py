@@ -190,12 +190,19 @@ def redis_down_windows(faults: Iterable[object], horizon_ms: int) -> list[Outage
     return outage_windows(sorted(spans), -1, 0, False, None, horizon_ms, _no_stream)
 
 
+def overlaps_restart(
+    window: tuple[float, float, float], redis_down: Iterable[tuple[float, float, float]]
+) -> bool:
+    """Whether Redis restarts during a client's outage `window` (disconnected, up, reconnected; any unit)."""
+    begin, _, back = window
+    return any(b < back and begin < r for b, _, r in redis_down)
+
+
 def disconnect_detail(window: OutageWindow, redis_down: list[OutageWindow]) -> str:
     """The `disconnect` record's detail: whose outage it is (Redis restarting, or the connection's) and when
     the far side is back."""
-    begin, up, back = window
-    restart = any(b < back and begin < r for b, _, r in redis_down)
-    return f"{'Redis restarting' if restart else 'network'} back in {(up - begin) / 1000:g} s"
+    begin, up, _ = window
+    return f"{'Redis restarting' if overlaps_restart(window, redis_down) else 'network'} back in {(up - begin) / 1000:g} s"
 
 
 def _no_stream() -> np.random.Generator:

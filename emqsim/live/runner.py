@@ -48,6 +48,7 @@ from emqsim.faults import (
     disconnect_detail,
     outage_spans,
     outage_windows,
+    overlaps_restart,
     redis_down_windows,
 )
 from emqsim.keys import QueueKeys
@@ -342,7 +343,7 @@ class LiveRun(FaultInjection):
 
     def redis_down_within(self, begin: float, back: float) -> bool:
         """Whether Redis itself restarts inside this real window (the worker then holds its parked take too)."""
-        return any(begin <= b < back or b <= begin < r for b, _, r in map(self.real_window, self.restarts))
+        return overlaps_restart((begin, begin, back), map(self.real_window, self.restarts))
 
     def producer_back(self, planned: float) -> float | None:
         """The real time an add planned at `planned` reaches Redis if Redis is restarting then (the
