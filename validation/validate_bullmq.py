@@ -135,9 +135,9 @@ class Settings:
     def window(self) -> float:
         """Seconds after a worker stops in which its job must be reclaimed: two-phase worst case plus a
         hand-over to another sweeper (max(L, S) + 2 S), plus 4 s for timers and scheduling (on a loaded box
-        sweep timers were measured up to 1 s late, twice in a row; 1.5 s once ended a round before a late
-        sweep moved a job back, which then counted as not lost). A round waits this long only for a job
-        that has not settled, so the margin costs nothing when all goes well."""
+        sweep timers were measured up to 1 s late; with 1.5 s a 2.4 s block twice counted as not lost, most
+        likely because the round ended before a late sweep moved it back: inferred, not caught). A round
+        waits this long only for a job that has not settled, so the margin costs nothing when all goes well."""
         return max(self.lease, self.scan) + 2 * self.scan + 4.0
 
 
@@ -909,9 +909,10 @@ def renewal_summary(jobs: Sequence[JobRecord], settings: Settings) -> dict[str, 
 
 
 def timer_lateness(jobs: Sequence[JobRecord], scan: float) -> float:
-    """The worst lateness of a sweep timer in the round, measured: after a crash the queue's only sweeper is
-    its survivor, so every gap between two sweeps that ran after the crash is one period of the survivor's
-    timer, `scan` plus how late it fired (0 when there are no such gaps)."""
+    """The worst lateness of a sweep timer in the round, measured: after a crash only the queue's survivors
+    sweep, and with one survivor (the test's layout) every gap between two sweeps that ran after the crash is
+    one period of its timer, `scan` plus how late it fired (0 when there are no such gaps); with more
+    survivors a gap is the lateness of whichever swept first."""
     gaps = [
         g
         for j in jobs
