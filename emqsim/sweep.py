@@ -227,11 +227,20 @@ def _signals_deferred() -> Iterator[None]:
 
 
 def _kill_pool(pool: ProcessPoolExecutor) -> None:
-    """Stop a process pool now: kill its workers (their work is being thrown away) and reap them."""
+    """Stop a process pool now: kill its workers (their work is being thrown away) and reap them.
+
+    A worker killed halfway through sending a result leaves the pool's manager thread reading a message that
+    never ends: this process holds the result pipe's write end too, so the read would wait forever and the
+    interpreter, which joins that thread at exit, would hang. Closing this process's write end (nothing here
+    writes to it) lets the read see end-of-file once the killed workers are gone; the pool then reports
+    itself broken and its thread ends."""
     handles = list((getattr(pool, "_processes", None) or {}).values())
+    results = getattr(pool, "_result_queue", None)
     for proc in handles:
         with contextlib.suppress(Exception):
             proc.kill()
+    with contextlib.suppress(Exception):
+        results._writer.close()  # type: ignore[union-attr]
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in handles:
         with contextlib.suppress(Exception):

@@ -186,3 +186,54 @@ def test_ctrl_c_at_a_terminal_reaches_the_pool_workers_too_and_still_keeps_the_r
     assert proc.returncode == 130 and "Traceback" not in err, err
     rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
     assert len(rows) >= 2 and rows == json.loads(out)["rows"]
+
+
+HALF_SENT = r"""
+import os, struct, sys, time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from emqsim.sweep import _kill_pool, _worker_init
+
+MARK = Path(sys.argv[1])
+
+
+def send_half_a_result() -> None:
+    # Inside a pool worker: write the head of a 1 MB result message and 10 bytes of it to the pool's result
+    # pipe, then stop, as a worker killed in the middle of sending a large batch of summaries would.
+    frame = sys._getframe()
+    while "result_queue" not in frame.f_locals:
+        frame = frame.f_back
+    writer = frame.f_locals["result_queue"]._writer
+    os.write(writer.fileno(), struct.pack("!i", 1_000_000) + b"x" * 10)
+    MARK.write_text("sent")
+    time.sleep(3600)
+
+
+if __name__ == "__main__":
+    pool = ProcessPoolExecutor(max_workers=1, initializer=_worker_init)
+    pool.submit(send_half_a_result)
+    while not MARK.exists():
+        time.sleep(0.01)
+    _kill_pool(pool)
+    print("stopped")
+    # the interpreter now joins the pool's manager thread: it must not be left reading the half message
+"""
+
+
+def test_killing_a_worker_halfway_through_sending_a_result_does_not_hang_the_exit(tmp_path: Path) -> None:
+    """A Ctrl-C can kill a pool worker while it writes a result to the pool's pipe (a CI run hung here after
+    printing its rows): the sweep's process must still exit."""
+    script = tmp_path / "half_sent.py"
+    script.write_text(HALF_SENT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "mark")],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    out, err = end(proc)
+    assert proc.returncode == 0 and out.strip() == "stopped", err
