@@ -18,10 +18,11 @@ smallest counterexample. docs/explore.md says what "exact" means here and where 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,7 @@ from emqsim.engine import REAPER, simulate
 from emqsim.errors import ConfigError
 from emqsim.faults import Block, Crash, Freeze, Network, Outage
 from emqsim.policies import ReclaimPolicy
+from emqsim.pools import owned_pool
 from emqsim.records import HELD, Run
 from emqsim.scenario import Scenario
 from emqsim.server import TieBreak
@@ -1062,14 +1064,10 @@ def explore(
     if parts == 1:
         results = [_chunk(t) for t in tasks]
     else:
-        own = None
-        if executor is None:
-            own = executor = ProcessPoolExecutor(max_workers=workers)
-        try:
+        with contextlib.ExitStack() as stack:
+            if executor is None:
+                executor = stack.enter_context(owned_pool(workers))
             results = [f.result() for f in [executor.submit(_chunk, t) for t in tasks]]
-        finally:
-            if own is not None:
-                own.shutdown()
     agg = _Aggregate(sp)
     runs = 0
     tie_findings = []

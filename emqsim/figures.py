@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from emqsim.distributions import Fixed, Uniform
 from emqsim.engine import simulate
 from emqsim.faults import Crash
 from emqsim.policies import LeasePolicy, LeaseWarning, ReclaimPolicy, RenewalRule, TimeoutPolicy
+from emqsim.pools import owned_pool
 from emqsim.records import Run
 from emqsim.scenario import Scenario, standard
 from emqsim.stats import RunSummary, aggregate, summarize
@@ -66,7 +66,7 @@ def _summary(task: tuple[Scenario, ReclaimPolicy, int, int]) -> RunSummary:
 def _map(tasks: Sequence[tuple[Scenario, ReclaimPolicy, int, int]], processes: int) -> list[RunSummary]:
     if processes <= 1 or len(tasks) < 8:
         return [_summary(t) for t in tasks]
-    with ProcessPoolExecutor(max_workers=processes) as pool:
+    with owned_pool(processes) as pool:
         return list(pool.map(_summary, tasks, chunksize=max(1, len(tasks) // (4 * processes))))
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from emqsim.fileio import write_atomically
 from emqsim.policies import ReclaimPolicy
+from emqsim.pools import start_pool, stop_pool
 from emqsim.records import RESULTS_SCHEMA
 from emqsim.scenario import Scenario
 from emqsim.stats import RunSummary, aggregate, paired_difference
@@ -69,17 +70,6 @@ class Cell:
 
 def _policy_state(policy: ReclaimPolicy) -> dict[str, str]:
     return {k: repr(v) for k, v in sorted(vars(policy).items())}
-
-
-def _worker_init() -> None:
-    """Pool workers ignore Ctrl-C (the parent decides what happens) and die with the parent (Linux)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with contextlib.suppress(Exception):
-        import ctypes
-        import ctypes.util
-
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 def run_batch(tasks: Sequence[tuple[int, Scenario, ReclaimPolicy, int, int]]) -> list[tuple[int, RunSummary]]:
@@ -167,7 +157,7 @@ def run_sweep(
                 absorb(run_batch([task]))
         else:
             if executor is None:
-                own_pool = executor = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init)
+                own_pool = executor = start_pool(workers)
             batches = _batches(todo, parts=64 * max(1, workers))
             futures = [executor.submit(run_batch, b) for b in batches]
             pending = set(futures)
@@ -188,7 +178,7 @@ def run_sweep(
             for future in futures:
                 future.cancel()
             if own_pool is not None:
-                _kill_pool(own_pool)
+                stop_pool(own_pool)
                 own_pool = None
             if on_interrupt is not None:
                 on_interrupt(sum(r == 0 for r in remaining), len(cells))
@@ -224,27 +214,6 @@ def _signals_deferred() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-def _kill_pool(pool: ProcessPoolExecutor) -> None:
-    """Stop a process pool now: kill its workers (their work is being thrown away) and reap them.
-
-    A worker killed halfway through sending a result leaves the pool's manager thread reading a message that
-    never ends: this process holds the result pipe's write end too, so the read would wait forever and the
-    interpreter, which joins that thread at exit, would hang. Closing this process's write end (nothing here
-    writes to it) lets the read see end-of-file once the killed workers are gone; the pool then reports
-    itself broken and its thread ends."""
-    handles = list((getattr(pool, "_processes", None) or {}).values())
-    results = getattr(pool, "_result_queue", None)
-    for proc in handles:
-        with contextlib.suppress(Exception):
-            proc.kill()
-    with contextlib.suppress(Exception):
-        results._writer.close()  # type: ignore[union-attr]
-    pool.shutdown(wait=False, cancel_futures=True)
-    for proc in handles:
-        with contextlib.suppress(Exception):
-            proc.join(timeout=2)
 
 
 def _batches(todo: list, parts: int) -> list[list]:

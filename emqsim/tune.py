@@ -62,6 +62,7 @@ from emqsim.distributions import (
 from emqsim.errors import ConfigError
 from emqsim.faults import Network, RandomFaults
 from emqsim.policies import LeasePolicy, LeaseWarning, ReclaimPolicy, TimeoutPolicy
+from emqsim.pools import start_pool, stop_pool
 from emqsim.presets import preset
 from emqsim.scenario import Scenario
 from emqsim.stats import RunSummary
@@ -801,13 +802,16 @@ class _Runner:
 
     def __enter__(self) -> _Runner:
         if self._pool is None and self.jobs > 1:
-            self._pool = ProcessPoolExecutor(max_workers=self.jobs)
+            self._pool = start_pool(self.jobs)
             self._own = True
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        if self._own and self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: Any) -> None:
+        if self._own and isinstance(self._pool, ProcessPoolExecutor):
+            if exc_type is None:
+                self._pool.shutdown(cancel_futures=True)
+            else:  # a Ctrl-C or a failure: the runs in flight are lost, so nothing waits for them
+                stop_pool(self._pool)
 
     def ensure(
         self, wanted: dict[int, tuple[ReclaimPolicy, int]], stage: str, seed: int | None = None

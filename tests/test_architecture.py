@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "emqsim.seeds",
             "emqsim.fields",
             "emqsim.fileio",
+            "emqsim.pools",
             "emqsim.distributions",
             "emqsim.live.lua",
         ],

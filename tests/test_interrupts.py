@@ -190,10 +190,9 @@ def test_ctrl_c_at_a_terminal_reaches_the_pool_workers_too_and_still_keeps_the_r
 
 HALF_SENT = r"""
 import os, struct, sys, time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from emqsim.sweep import _kill_pool, _worker_init
+from emqsim.pools import start_pool, stop_pool
 
 MARK = Path(sys.argv[1])
 
@@ -211,11 +210,11 @@ def send_half_a_result() -> None:
 
 
 if __name__ == "__main__":
-    pool = ProcessPoolExecutor(max_workers=1, initializer=_worker_init)
+    pool = start_pool(1)
     pool.submit(send_half_a_result)
     while not MARK.exists():
         time.sleep(0.01)
-    _kill_pool(pool)
+    stop_pool(pool)
     print("stopped")
     # the interpreter now joins the pool's manager thread: it must not be left reading the half message
 """
@@ -237,3 +236,66 @@ def test_killing_a_worker_halfway_through_sending_a_result_does_not_hang_the_exi
     )
     out, err = end(proc)
     assert proc.returncode == 0 and out.strip() == "stopped", err
+
+
+POOLED_COMMANDS = {
+    "explore": ["explore", "--fault", "freeze,length=1:60", "--jobs", "2", "--yes"],
+    "tune": ["tune", "--jobs", "2", "--quiet"],
+    "figures": ["figures", "--out", "figs"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", sorted(POOLED_COMMANDS))
+@pytest.mark.parametrize(
+    "signum, to_group",
+    [(signal.SIGINT, True), (signal.SIGINT, False), (signal.SIGTERM, False)],
+    ids=["ctrl-c-at-a-terminal", "kill-INT", "kill-TERM"],
+)
+def test_signals_end_the_other_pooled_commands_and_leave_no_worker(
+    tmp_path: Path, command: str, signum: int, to_group: bool
+) -> None:
+    """explore, tune and figures run a process pool too: Ctrl-C at a terminal (the whole process group), a
+    SIGINT to the command alone and a SIGTERM each end it promptly, in one line, with no worker left computing
+    (a SIGTERM used to kill the command and orphan its workers; a SIGINT to it alone waited for their tasks)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "emqsim", *POOLED_COMMANDS[command]],
+        cwd=tmp_path,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    wait_for(lambda: len(session_processes(proc.pid)) >= 3, proc)  # the command and its two pool workers
+    (os.killpg if to_group else os.kill)(proc.pid, signum)
+    out, err = end(proc)
+    assert "Traceback" not in err, err
+    word = "terminated" if signum == signal.SIGTERM else "interrupted"
+    assert (proc.returncode, err.strip().splitlines()) == (
+        143 if signum == signal.SIGTERM else 130,
+        [f"emqsim: {word}"],
+    ), out[-300:]
+
+
+def test_an_interrupt_swallowed_by_a_callback_is_raised_again() -> None:
+    """A signal's KeyboardInterrupt raised inside a finalizer (or an at-fork hook while a pool starts) is
+    reported and ignored by Python; the command must still stop, so StopSignals raises it again."""
+    from emqsim.cli.process import StopSignals
+
+    class Finalized:
+        def __del__(self) -> None:
+            signal.raise_signal(signal.SIGTERM)  # the handler runs here, inside the finalizer
+
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)}
+    stop = StopSignals()
+    try:
+        with pytest.raises(KeyboardInterrupt), stop.installed():
+            Finalized()  # dropped at once: the KeyboardInterrupt from its __del__ is swallowed
+            for _ in range(1000):  # at most 10 s; the retry comes after 5 ms
+                time.sleep(0.01)
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    assert stop.signum == signal.SIGTERM

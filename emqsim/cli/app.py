@@ -3,14 +3,27 @@ line on stderr and an exit status (2 for bad input, 130/143 when interrupted).""
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import signal
 import sys
 from collections.abc import Sequence
 
 from emqsim.cli.commands import COMMANDS
 from emqsim.cli.parser import build_parser
-from emqsim.cli.process import GuardedStdout, StdoutError, detach_stdout, ignore_further_interrupts
+from emqsim.cli.process import (
+    GuardedStdout,
+    StdoutError,
+    StopSignals,
+    detach_stdout,
+    ignore_further_interrupts,
+)
 from emqsim.errors import ConfigError
+
+# Commands whose work runs in a process pool: SIGTERM ends them as Ctrl-C does (the pool is stopped, no worker
+# left computing, exit status 143) instead of killing this process and orphaning the pool. `sweep` handles
+# both signals itself, to keep the cells that finished.
+POOLED = frozenset({"explore", "tune", "figures"})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -31,8 +44,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler = COMMANDS[args.command]
     stdout = sys.stdout
     sys.stdout = GuardedStdout(stdout)  # type: ignore[assignment]
+    stop = StopSignals()
     try:
-        code = handler(args)
+        with stop.installed() if args.command in POOLED else contextlib.nullcontext():
+            code = handler(args)
         sys.stdout.flush()  # a full disk or closed pipe shows here, not as a traceback at exit
         return code
     except ConfigError as exc:
@@ -41,6 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         ignore_further_interrupts()
+        if stop.signum == signal.SIGTERM:
+            print("emqsim: terminated", file=sys.stderr)
+            return 143
         print("emqsim: interrupted", file=sys.stderr)
         return 130
     except StdoutError as exc:

@@ -20,19 +20,32 @@ def ignore_further_interrupts() -> None:
 
 
 class StopSignals:
-    """Ctrl-C (SIGINT) and SIGTERM while a sweep runs: the first raises KeyboardInterrupt, so the sweep stops
+    """Ctrl-C (SIGINT) and SIGTERM while a command runs: the first raises KeyboardInterrupt, so a sweep stops
     and keeps the cells that finished; any later one (a second, impatient Ctrl-C) is only noted, so it cannot
-    cut short the bounded work of stopping and saving. After `defer()` no signal raises at all."""
+    cut short the bounded work of stopping and saving. After `defer()` no signal raises at all.
+
+    The KeyboardInterrupt can land in a callback whose exceptions Python reports and ignores (an at-fork hook
+    run while a process pool starts, a finalizer): the command would then run on to its end. Such a swallowed
+    interrupt is raised again a few milliseconds later, by a one-shot SIGALRM timer, in whatever the main
+    thread runs then (and again, should that land in such a callback too)."""
+
+    RETRY_S = 0.005  # after a swallowed interrupt: long enough to leave the callback, too short to notice
 
     def __init__(self) -> None:
         self.signum: int | None = None
         self.deferred = False
+        self._raise_again = False
 
     def __call__(self, signum: int, frame: Any) -> None:
         if self.signum is None:
             self.signum = signum
             if not self.deferred:
                 raise KeyboardInterrupt
+
+    def _retry(self, signum: int, frame: Any) -> None:
+        if self._raise_again and not self.deferred:
+            self._raise_again = False
+            raise KeyboardInterrupt
 
     def defer(self) -> None:
         self.deferred = True
@@ -50,19 +63,24 @@ class StopSignals:
                 yield self
                 return
             previous = {sig: signal.signal(sig, self) for sig in (signal.SIGINT, signal.SIGTERM)}
-            # The KeyboardInterrupt may land in a callback whose exceptions Python ignores (an at-fork hook):
-            # the sweep then stops by polling `signum`, and that swallowed interrupt is not printed.
+            previous_alarm = signal.signal(signal.SIGALRM, self._retry)
             unraisable = sys.unraisablehook
 
-            def quiet_interrupts(info: Any) -> None:
-                if not (isinstance(info.exc_value, KeyboardInterrupt) and self.signum is not None):
+            def swallowed_interrupts(info: Any) -> None:
+                if isinstance(info.exc_value, KeyboardInterrupt) and self.signum is not None:
+                    if not self.deferred:  # not printed: raised again once the callback has returned
+                        self._raise_again = True
+                        signal.setitimer(signal.ITIMER_REAL, self.RETRY_S)
+                else:
                     unraisable(info)
 
-            sys.unraisablehook = quiet_interrupts
+            sys.unraisablehook = swallowed_interrupts
             try:
                 yield self
             finally:
                 sys.unraisablehook = unraisable
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous_alarm)
                 for sig, handler in previous.items():
                     # once stopping, the process only saves, reports and exits: a later Ctrl-C must not
                     # kill it by signal on the way out (the exit status says 130 or 143, not -2)
