@@ -299,3 +299,26 @@ def test_an_interrupt_swallowed_by_a_callback_is_raised_again() -> None:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
     assert stop.signum == signal.SIGTERM
+
+
+def test_a_caller_that_polls_calls_off_the_raise_again() -> None:
+    """A sweep polls `requested()` and stops on its own; the raise-again must not then land in its stopping
+    and saving."""
+    from emqsim.cli.process import StopSignals
+
+    class Finalized:
+        def __del__(self) -> None:
+            signal.raise_signal(signal.SIGINT)
+
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)}
+    stop = StopSignals()
+    try:
+        with stop.installed():
+            Finalized()
+            assert stop.requested()
+            for _ in range(20):  # four times the retry's delay: nothing is raised
+                time.sleep(0.005)
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    assert stop.signum == signal.SIGINT

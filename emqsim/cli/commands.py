@@ -100,7 +100,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 progress=False if args.quiet else None,
                 cache_dir=args.cache,
                 on_interrupt=on_interrupt,
-                stop_requested=lambda: stop.signum is not None,
+                stop_requested=stop.requested,
             )
         finally:
             stop.defer()  # from here on a signal is noted, never raised: the finished rows get written

@@ -47,6 +47,13 @@ class StopSignals:
             self._raise_again = False
             raise KeyboardInterrupt
 
+    def requested(self) -> bool:
+        """True once a signal came. For a caller that polls and stops on its own: a pending raise-again is
+        called off, so it cannot land in the caller's stopping and saving."""
+        if self.signum is not None and self._raise_again:
+            self._raise_again = False
+        return self.signum is not None
+
     def defer(self) -> None:
         self.deferred = True
 
