@@ -40,12 +40,11 @@ def session_processes(sid: int) -> list[int]:
     return found
 
 
-def start_sweep(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "emqsim", "sweep", "--jobs", "2", "--quiet", "--json",
-           "--out", str(tmp_path / "rows.json"), "--cache", str(tmp_path / "cache"), *extra]  # fmt: skip
+def start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    """`python ARGS` in tmp_path, in a session of its own (its processes are found by session id)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
-        cmd,
+        [sys.executable, *args],
         cwd=tmp_path,
         env=env,
         text=True,
@@ -53,6 +52,11 @@ def start_sweep(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
+
+
+def start_sweep(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
+    return start(tmp_path, "-m", "emqsim", "sweep", "--jobs", "2", "--quiet", "--json",
+                 "--out", str(tmp_path / "rows.json"), "--cache", str(tmp_path / "cache"), *extra)  # fmt: skip
 
 
 def wait_for(condition, proc: subprocess.Popen[str]) -> None:
@@ -225,15 +229,7 @@ def test_killing_a_worker_halfway_through_sending_a_result_does_not_hang_the_exi
     printing its rows): the sweep's process must still exit."""
     script = tmp_path / "half_sent.py"
     script.write_text(HALF_SENT)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path / "mark")],
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    proc = start(tmp_path, str(script), str(tmp_path / "mark"))
     out, err = end(proc)
     assert proc.returncode == 0 and out.strip() == "stopped", err
 
@@ -258,16 +254,7 @@ def test_signals_end_the_other_pooled_commands_and_leave_no_worker(
     """explore, tune and figures run a process pool too: Ctrl-C at a terminal (the whole process group), a
     SIGINT to the command alone and a SIGTERM each end it promptly, in one line, with no worker left computing
     (a SIGTERM used to kill the command and orphan its workers; a SIGINT to it alone waited for their tasks)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "emqsim", *POOLED_COMMANDS[command]],
-        cwd=tmp_path,
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    proc = start(tmp_path, "-m", "emqsim", *POOLED_COMMANDS[command])
     wait_for(lambda: len(session_processes(proc.pid)) >= 3, proc)  # the command and its two pool workers
     (os.killpg if to_group else os.kill)(proc.pid, signum)
     out, err = end(proc)
