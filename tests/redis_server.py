@@ -19,9 +19,11 @@ INSTALL_HINT = "redis-server is not on PATH; install it with `apt-get install re
 
 
 def error_text(exc: redis.ResponseError) -> str:
-    """The error line as the server sent it (redis-py moves a known code like "ERR " to status_code)."""
+    """The error line as the server sent it. redis-py before 8.2 moves a known code like "ERR " out of the
+    message into status_code; 8.2 keeps it in the message as well."""
     code = getattr(exc, "status_code", None)
-    return f"{code} {exc}" if code else str(exc)
+    text = str(exc)
+    return f"{code} {text}" if code and not text.startswith(f"{code} ") else text
 
 
 class RedisServer(PrivateRedis):
