@@ -46,12 +46,14 @@ HOLDER, OTHER = "holder", "other"  # the worker running the job's first attempt,
 class FaultKind:
     """How to place one kind of fault at an offset: `place(target, at_ms, params, start_ms)` returns the fault
     (`target` HOLDER: `at_ms` into the job's first attempt; OTHER: worker 1 at `start_ms + at_ms`). `params`
-    names its sizes in ms (a freeze's "length"); `size` orders counterexamples (smaller first)."""
+    names its sizes in ms (a freeze's "length"); `size` orders counterexamples (smaller first). A kind that
+    is not `targeted` hits every worker at once (a Redis restart): it takes no target."""
 
     name: str
     params: tuple[str, ...]
     place: Callable[[str, int, Mapping[str, int], int], Any]
     description: str
+    targeted: bool = True
 
 
 def _place_crash(target: str, at_ms: int, params: Mapping[str, int], start_ms: int) -> Crash:
@@ -96,6 +98,21 @@ def _place_outage(target: str, at_ms: int, params: Mapping[str, int], start_ms: 
 register_fault(FaultKind("outage", ("length",), _place_outage, "the worker's connection is down"))
 
 
+def _place_restart(target: str, at_ms: int, params: Mapping[str, int], start_ms: int) -> Any:
+    return Outage(at=(start_ms + at_ms) / 1000, duration=params["length"] / 1000, redis_restart=True)
+
+
+register_fault(
+    FaultKind(
+        "restart",
+        ("length",),
+        _place_restart,
+        "Redis restarts on its data: every client, producer and reaper included, is cut off for `length`",
+        targeted=False,
+    )
+)
+
+
 @dataclass(frozen=True)
 class FaultSpec:
     """One fault to explore: its kind, whose worker, the offsets to try (ms, inclusive; None: one renewal
@@ -112,6 +129,8 @@ class FaultSpec:
         if self.target not in (HOLDER, OTHER):
             raise ConfigError(f"fault target must be {HOLDER!r} or {OTHER!r}, got {self.target!r}")
         kind = FAULT_KINDS[self.kind]
+        if not kind.targeted and self.target != HOLDER:
+            raise ConfigError(f"fault {self.kind!r} hits every worker at once: leave its target out")
         missing = set(kind.params) - set(self.params)
         extra = set(self.params) - set(kind.params)
         if missing or extra:
@@ -1134,10 +1153,13 @@ def _where(point: Mapping[str, int]) -> str:
 def format_exploration(result: Exploration) -> str:
     """The report `python -m emqsim explore` prints."""
     sp = result.space
-    faults = " + ".join(
-        f"{f.kind} ({'the job' + chr(39) + 's worker' if f.target == HOLDER else 'worker 1'})"
-        for f in sp.faults
-    )
+
+    def whom(f: FaultSpec) -> str:
+        if not FAULT_KINDS[f.kind].targeted:
+            return "every client"
+        return "the job's worker" if f.target == HOLDER else "worker 1"
+
+    faults = " + ".join(f"{f.kind} ({whom(f)})" for f in sp.faults)
     lines = [
         f"explored {result.points:,} timings of {faults} under {sp.policy!r} with {result.runs:,} runs",
         "coordinates (ms): " + ", ".join(f"{d.role} {d.lo}..{d.hi}" for d in sp.dims),
@@ -1206,12 +1228,18 @@ def fault_spec(text: str) -> FaultSpec:
         if not eq:
             raise argparse.ArgumentTypeError(f"{item!r} in {text!r} must be name=value, e.g. length=20:31")
         if name == "target":
+            if not FAULT_KINDS[kind].targeted:
+                raise argparse.ArgumentTypeError(
+                    f"fault {kind!r} hits every worker at once: leave target out"
+                )
             if value not in (HOLDER, OTHER):
                 raise argparse.ArgumentTypeError(f"target must be {HOLDER} or {OTHER}, got {value!r}")
             target = value
             continue
         if name != "offset" and name not in FAULT_KINDS[kind].params:
-            need = ", ".join((*FAULT_KINDS[kind].params, "offset", "target"))
+            need = ", ".join(
+                (*FAULT_KINDS[kind].params, "offset", *(["target"] if FAULT_KINDS[kind].targeted else []))
+            )
             raise argparse.ArgumentTypeError(f"fault {kind!r} takes {need}; not {name!r}")
         low, high = span(value)
         pair = (to_ms(low), to_ms(high))
@@ -1247,7 +1275,9 @@ def add_explore_arguments(p: Any) -> None:
         type=fault_spec,
         action="append",
         metavar="SPEC",
-        help="crash | freeze,length=A:B (seconds); options offset=A:B, target=holder|other; give one or two",
+        help="crash, or KIND,length=A:B (seconds) with KIND one of "
+        + ", ".join(name for name, kind in FAULT_KINDS.items() if kind.params)
+        + "; options offset=A:B, target=holder|other (not for restart); give one or two",
     )
     p.add_argument("--workers", type=whole(2), default=2, help="workers in the explored world (default 2)")
     p.add_argument("--duration", type=seconds, help="the job's work (default: 1 s past the latest offset)")

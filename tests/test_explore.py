@@ -9,7 +9,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from emqsim import Crash, Fixed, LeasePolicy, Scenario, TimeoutPolicy, Uniform, simulate, standard
-from emqsim.analytic import block_lapses, freeze_lapses, lease_detection, outage_lapses
+from emqsim.analytic import (
+    block_lapses,
+    freeze_lapses,
+    lease_detection,
+    outage_lapses,
+    reconnect_time,
+)
 from emqsim.cli import main
 from emqsim.explore import (
     FAULT_KINDS,
@@ -310,6 +316,8 @@ def test_cli_explore_json(capsys):
         (["--lease", "-3"], "--lease"),
         (["--fault", "crash", "--fault", "crash", "--fault", "crash"], "one fault or a pair"),
         (["--fault", "freeze,length=1:60", "--max-runs", "10"], "over --max-runs 10"),
+        (["--fault", "restart,length=1:2,target=other"], "hits every worker at once"),
+        (["--fault", "restart,length=1:2,size=3"], "takes length, offset; not 'size'"),
     ],
 )
 def test_cli_explore_bad_input_is_one_line_and_exit_2(capsys, argv, words):
@@ -383,3 +391,39 @@ def test_cli_explore_draws_a_counterexample_as_an_interactive_timeline(capsys, t
     )
     (ce,) = [c for c in result.counterexamples if c.property == "no_duplicate_completion"]
     assert page == timeline_html(counterexample_run(result, "no_duplicate_completion"))
+
+
+def test_a_redis_restart_lapses_a_lease_where_an_outage_of_its_worker_does():
+    # Redis keeps its clock while down (expiries are absolute) and every client reconnects on BullMQ's
+    # backoff: the lock lapses iff the renewal resent at the reconnect reaches Redis after the expiry, the
+    # outage's rule, though the restart also cuts off the reaper and the other worker
+    since_send = 2000
+    first = _first_failing("restart", 20.0, 5.0, 1.0, 5000 + since_send - 2, 25_000)
+    assert first == _first_failing("outage", 20.0, 5.0, 1.0, 5000 + since_send - 2, 25_000) == 10_077
+    assert outage_lapses(20.0, since_send / 1000, first / 1000)
+
+
+def test_a_redis_restart_delays_a_crashed_workers_detection_by_the_reaper():
+    # crashes 1..100 ms into the job, then Redis restarts at 150 ms for 0.4 s: the reaper is cut off too and
+    # reconnects on BullMQ's backoff (at least 1 s), so no crash is found before it is back
+    policy = LeasePolicy(0.3, 0.1, 0.05, swept_by="reaper")
+    crash = FaultSpec("crash", offset=(1, 100))
+    alone = explore(space(policy, [crash], sweep_phases=False), ties=False)
+    restart = FaultSpec("restart", offset=(150, 150), params={"length": (400, 400)})
+    both = explore(space(policy, [crash, restart], sweep_phases=False), ties=False)
+    assert alone.reclaimed == both.reclaimed == 100
+    back_ms = 150 + 1000 * reconnect_time(0.4)  # after the job's start, like the offsets
+    assert both.latency_min + 100 >= back_ms > alone.latency_max + 100  # the last crash, at 100 ms
+
+
+def test_cli_explore_a_redis_restart(capsys):
+    # the command docs/explore.md quotes: the shortest restart that lapses the lease, hitting every client
+    code = main(
+        ["explore", "--lease", "20", "--beat", "5", "--scan", "1", "--swept-by", "reaper",
+         "--fault", "restart,length=9:12,offset=6.99:7.01", "--no-ties"]
+    )  # fmt: skip
+    out, _ = capsys.readouterr()
+    assert code == 0
+    assert "timings of restart (every client)" in out
+    assert "smallest counterexample of live_never_reclaimed: fault0.length 10.077 s" in out
+    assert "worker 1 DISCONNECTED" in out  # the other worker is cut off too
