@@ -496,7 +496,8 @@ class Round:
             client = redis.Redis(unix_socket_path=self.socket)
             try:
                 pipe = client.pipeline(transaction=True)
-                pipe.time().pttl(f"bull:{rec.queue}:j{rec.i}:lock")
+                pipe.time()
+                pipe.pttl(f"bull:{rec.queue}:j{rec.i}:lock")
                 (seconds, micros), pttl = pipe.execute()
             finally:
                 client.close()
@@ -554,9 +555,9 @@ class Round:
         try:
             observer = self._spawn(f"{self.name}-observer", "observer.mjs",
                                    ["--socket", self.socket, "--queues", ",".join(queues)])  # fmt: skip
+            spins = any(plan.block for plan in self.plans)  # a victim's processor spins in a block round
             for q in queues:
                 delay = str(int(self.rng.integers(0, s.stalled_ms)))
-                spins = any(plan.block for plan in self.plans)
                 victim = self._spawn(q, "worker.mjs", [*options, "--queues", q, "--delays", delay], spins)
                 self.victim_pids.add(victim.pid)
             # survivors: `survivors` processes with one Worker per queue (shared), or one process per Worker
