@@ -266,10 +266,21 @@ def test_signals_end_the_other_pooled_commands_and_leave_no_worker(
     ), out[-300:]
 
 
+def main_thread_only() -> None:
+    """Signal handlers are installed from the main thread only: elsewhere the tests' own signals would end the
+    test process."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers can only be installed in the main thread")
+
+
 def test_an_interrupt_swallowed_by_a_callback_is_raised_again() -> None:
     """A signal's KeyboardInterrupt raised inside a finalizer (or an at-fork hook while a pool starts) is
     reported and ignored by Python; the command must still stop, so StopSignals raises it again."""
     from emqsim.cli.process import StopSignals
+
+    main_thread_only()
 
     class Finalized:
         def __del__(self) -> None:
@@ -292,6 +303,8 @@ def test_a_caller_that_polls_calls_off_the_raise_again() -> None:
     """A sweep polls `requested()` and stops on its own; the raise-again must not then land in its stopping
     and saving."""
     from emqsim.cli.process import StopSignals
+
+    main_thread_only()
 
     class Finalized:
         def __del__(self) -> None:
