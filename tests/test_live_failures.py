@@ -56,16 +56,14 @@ def private_redis(root: int) -> int | None:
     return None
 
 
-@pytest.mark.parametrize("fault", [signal.SIGSTOP, signal.SIGKILL], ids=["redis-stopped", "redis-killed"])
-def test_a_redis_failure_mid_run_ends_in_one_line_and_leaves_nothing(
-    need_redis, tmp_path: Path, fault
-) -> None:
+def start_live(tmp_path: Path) -> tuple[subprocess.Popen[str], int]:
+    """`emqsim live` on slow-alive (45 s real at this scale), its temporary folders in tmp_path; returns it
+    and its private redis-server's pid once that and the worker processes run."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "emqsim", "live", "--scenario", "slow-alive", "--time-scale", "0.05"],
         env=env, cwd=tmp_path, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
-    family: set[int] = set()
     try:
         deadline = time.monotonic() + HANG
         server = None
@@ -74,20 +72,53 @@ def test_a_redis_failure_mid_run_ends_in_one_line_and_leaves_nothing(
             assert time.monotonic() < deadline, "the live run did not start"
             server = private_redis(proc.pid)
             time.sleep(0.1)
-        time.sleep(1.0)  # the run is under way (slow-alive lasts 45 s real at this scale)
-        family = descendants(proc.pid)
-        os.kill(server, fault)
+        time.sleep(1.0)  # the run is under way
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
+    return proc, server
+
+
+def ended_in_one_line_leaving_nothing(
+    proc: subprocess.Popen[str], family: set[int], tmp_path: Path, code: int
+) -> str:
+    """Wait for the run to end; check its exit status, its one line on stderr and that nothing is left."""
+    try:
         out, err = proc.communicate(timeout=HANG)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == 1, err
+    assert proc.returncode == code, err
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
-    assert ("stopped answering" if fault == signal.SIGSTOP else "died") in lines[0]
     time.sleep(0.2)
     alive = set(processes())
     assert not (family & alive), f"left behind: {family & alive}"
     assert list(tmp_path.iterdir()) == [], "a temporary folder was left behind"
+    return lines[0]
+
+
+@pytest.mark.parametrize("fault", [signal.SIGSTOP, signal.SIGKILL], ids=["redis-stopped", "redis-killed"])
+def test_a_redis_failure_mid_run_ends_in_one_line_and_leaves_nothing(
+    need_redis, tmp_path: Path, fault
+) -> None:
+    proc, server = start_live(tmp_path)
+    family = descendants(proc.pid)
+    os.kill(server, fault)
+    line = ended_in_one_line_leaving_nothing(proc, family, tmp_path, 1)
+    assert ("stopped answering" if fault == signal.SIGSTOP else "died") in line
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_mid_run_ends_in_one_line_and_leaves_nothing(
+    need_redis, tmp_path: Path, signum
+) -> None:
+    """A SIGTERM used to kill the live run outright: its temporary folders stayed behind."""
+    proc, _ = start_live(tmp_path)
+    family = descendants(proc.pid)
+    proc.send_signal(signum)
+    code, word = (143, "terminated") if signum == signal.SIGTERM else (130, "interrupted")
+    assert ended_in_one_line_leaving_nothing(proc, family, tmp_path, code) == f"emqsim: {word}"
