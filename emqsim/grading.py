@@ -1070,7 +1070,9 @@ def _execute_isolated(
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
-                env=env,
+                # temporary files (the kernel's connection file, the notebook's own) go in the private folder,
+                # removed with it even when the process is killed before it could remove them
+                env={**env, "TMPDIR": private},
                 start_new_session=True,
             )
             try:

@@ -322,3 +322,42 @@ def test_a_caller_that_polls_calls_off_the_raise_again() -> None:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
     assert stop.signum == signal.SIGINT
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_signals_end_grading_and_leave_no_process_or_private_copy(tmp_path: Path, signum: int) -> None:
+    """`grade` runs the notebook in a private copy, in processes of its own: a SIGTERM used to kill the grader
+    alone, leaving the notebook's processes running and the copy on disk."""
+    from tests.test_live_failures import descendants, processes
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    notebook = ROOT / "notebooks" / "assignments" / "01-detection-latency.ipynb"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(temp)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "emqsim", "grade", str(notebook)],
+        cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + HANG
+        while not (list(temp.iterdir()) and len(descendants(proc.pid)) >= 2):  # the copy and its processes
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "grading did not start"
+            time.sleep(0.05)
+        time.sleep(1.0)  # grading is under way
+        family = descendants(proc.pid)
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=HANG)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    word = "terminated" if signum == signal.SIGTERM else "interrupted"
+    assert (proc.returncode, err.strip().splitlines()) == (
+        143 if word == "terminated" else 130,
+        [f"emqsim: {word}"],
+    )
+    time.sleep(0.2)
+    assert not (family & set(processes())), "the notebook's processes outlived grading"
+    assert list(temp.iterdir()) == [], "the private copy was left behind"

@@ -20,11 +20,11 @@ from emqsim.cli.process import (
 )
 from emqsim.errors import ConfigError
 
-# Commands that start processes or hold temporary folders: SIGTERM ends them as Ctrl-C does, through their
-# cleanup (a pool stopped with no worker left computing; live mode's workers, private redis-server and
-# temporary folders gone; exit status 143) instead of killing this process and leaving those behind. `sweep`
-# handles both signals itself, to keep the cells that finished.
-SIGTERM_AS_CTRL_C = frozenset({"explore", "tune", "figures", "live"})
+# SIGTERM ends every command as Ctrl-C does, through its cleanup (a process pool stopped with no worker left
+# computing; live mode's workers, private redis-server and temporary folders gone; a graded notebook's
+# processes killed and its private copy removed; exit status 143) instead of killing this process and leaving
+# those behind. `sweep` handles both signals itself, to keep the cells that finished.
+OWN_SIGNALS = frozenset({"sweep"})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout = GuardedStdout(stdout)  # type: ignore[assignment]
     stop = StopSignals()
     try:
-        with stop.installed() if args.command in SIGTERM_AS_CTRL_C else contextlib.nullcontext():
+        with stop.installed() if args.command not in OWN_SIGNALS else contextlib.nullcontext():
             code = handler(args)
         sys.stdout.flush()  # a full disk or closed pipe shows here, not as a traceback at exit
         return code
