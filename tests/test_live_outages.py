@@ -182,19 +182,28 @@ def test_a_redis_restart_is_a_real_one_and_agrees_with_the_simulator(need_redis,
     from emqsim import TimeoutPolicy
     from emqsim.live.server import PrivateRedis
 
-    seen = []
-    start_again = PrivateRedis.start_again
+    seen = []  # (pid, locks, active jobs, keys without expiry) just before the shutdown, then after the start
+    shut_down, start_again = PrivateRedis.shut_down, PrivateRedis.start_again
 
-    def spy(self, *args, **kwargs):
-        started = start_again(self, *args, **kwargs)
-        x = self.client()
+    def look(server: PrivateRedis) -> None:
+        x = server.client()
         locks = [k for k in x.scan_iter(match="*:lock")]
         active = [k for k in x.scan_iter(match="*:active")]
-        seen.append((self.proc.pid, len(locks), sum(x.llen(k) for k in active)))
+        kept = frozenset(k for k in x.scan_iter() if x.pttl(k) == -1)
+        seen.append((server.proc.pid, len(locks), sum(x.llen(k) for k in active), kept))
         x.close()
+
+    def spy_shut_down(self, *args, **kwargs):
+        look(self)
+        return shut_down(self, *args, **kwargs)
+
+    def spy_start_again(self, *args, **kwargs):
+        started = start_again(self, *args, **kwargs)
+        look(self)
         return started
 
-    monkeypatch.setattr(PrivateRedis, "start_again", spy)
+    monkeypatch.setattr(PrivateRedis, "shut_down", spy_shut_down)
+    monkeypatch.setattr(PrivateRedis, "start_again", spy_start_again)
     scenario = Scenario(
         name="restart",
         workers=2,
@@ -207,9 +216,16 @@ def test_a_redis_restart_is_a_real_one_and_agrees_with_the_simulator(need_redis,
     chosen = policy() if policy_kind == "lease" else TimeoutPolicy(timeout=12, scan=SCAN)
     live = run_live(scenario, chosen, time_scale=SCALE, seed=1)
     sim = simulate(scenario, chosen, seed=1)
-    # a real restart: a new process on the saved data, the jobs still active, every 3 s lock (or none, for
-    # the timeout) expired while Redis was down and left out when it loaded
-    assert len(seen) == 1 and seen[0][1:] == (0, 1)
+    # a real restart: a new process on the saved data, the jobs active at the shutdown still active, every 3 s
+    # lock (or none, for the timeout) expired while Redis was down and left out when it loaded. (The job made
+    # at 2.7 s is usually taken by the shutdown at 5 s; on a loaded box its take can come after, as in one CI
+    # run: what was active is compared with what was active, not with 1.)
+    (old_pid, locks_before, active_before, kept_before), (new_pid, locks_after, active_after, kept_after) = (
+        seen
+    )
+    assert new_pid != old_pid and (locks_after, active_after) == (0, active_before)
+    assert kept_after == kept_before and kept_before  # every key without an expiry came back
+    assert policy_kind == "lease" or locks_before == 0  # the timeout takes no locks
     assert [round(a, 3) for a in sim.arrivals] == [2.702, 6.923, 8.545, 10.385, 16.283, 20.45]
     # a job made while Redis was down keeps the time it was made as its arrival, exactly (the others are
     # recorded when the live add ran, late by however busy the machine is)
