@@ -53,12 +53,13 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
 
 @contextlib.contextmanager
 def owned_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
-    """A pool for the `with` block: shut down normally when the block ends, stopped at once (`stop_pool`) when
-    it ends by an exception (a Ctrl-C, a failed task): nothing then waits for tasks whose results are lost."""
+    """A pool for the `with` block: shut down when the block ends (tasks nobody waited for are cancelled),
+    stopped at once (`stop_pool`) when it ends by an exception (a Ctrl-C, a failed task): nothing then waits
+    for tasks whose results are lost."""
     pool = start_pool(workers)
     try:
         yield pool
     except BaseException:
         stop_pool(pool)
         raise
-    pool.shutdown()
+    pool.shutdown(cancel_futures=True)

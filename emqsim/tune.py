@@ -36,6 +36,7 @@ Bonferroni) is within it: the k one-sided bounds then hold together at `confiden
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
@@ -43,7 +44,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -62,7 +63,7 @@ from emqsim.distributions import (
 from emqsim.errors import ConfigError
 from emqsim.faults import Network, RandomFaults
 from emqsim.policies import LeasePolicy, LeaseWarning, ReclaimPolicy, TimeoutPolicy
-from emqsim.pools import start_pool, stop_pool
+from emqsim.pools import owned_pool
 from emqsim.presets import preset
 from emqsim.scenario import Scenario
 from emqsim.stats import RunSummary
@@ -798,20 +799,15 @@ class _Runner:
         self.results: dict[tuple[int, int], RunSummary] = {}
         self.count = 0
         self._pool = executor
-        self._own = False
+        self._owned = contextlib.ExitStack()
 
     def __enter__(self) -> _Runner:
         if self._pool is None and self.jobs > 1:
-            self._pool = start_pool(self.jobs)
-            self._own = True
+            self._pool = self._owned.enter_context(owned_pool(self.jobs))
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, *exc: Any) -> None:
-        if self._own and isinstance(self._pool, ProcessPoolExecutor):
-            if exc_type is None:
-                self._pool.shutdown(cancel_futures=True)
-            else:  # a Ctrl-C or a failure: the runs in flight are lost, so nothing waits for them
-                stop_pool(self._pool)
+    def __exit__(self, *exc: Any) -> None:
+        self._owned.__exit__(*exc)  # an owned pool: shut down, or stopped at once after a Ctrl-C or failure
 
     def ensure(
         self, wanted: dict[int, tuple[ReclaimPolicy, int]], stage: str, seed: int | None = None
