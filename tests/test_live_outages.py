@@ -223,8 +223,9 @@ def test_a_redis_restart_is_a_real_one_and_agrees_with_the_simulator(need_redis,
     (old_pid, locks_before, active_before, kept_before), (new_pid, locks_after, active_after, kept_after) = (
         seen
     )
-    assert new_pid != old_pid and (locks_after, active_after) == (0, active_before)
-    assert kept_after == kept_before and kept_before  # every key without an expiry came back
+    differences = f"before {seen[0][:3]}, after {seen[1][:3]}; only before: {sorted(kept_before - kept_after)}, only after: {sorted(kept_after - kept_before)}"  # fmt: skip
+    assert new_pid != old_pid and (locks_after, active_after) == (0, active_before), differences
+    assert kept_after == kept_before and kept_before, differences  # every key without an expiry came back
     assert policy_kind == "lease" or locks_before == 0  # the timeout takes no locks
     assert [round(a, 3) for a in sim.arrivals] == [2.702, 6.923, 8.545, 10.385, 16.283, 20.45]
     # a job made while Redis was down keeps the time it was made as its arrival, exactly (the others are
