@@ -40,14 +40,11 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
     itself broken and its thread ends."""
     handles = list((getattr(pool, "_processes", None) or {}).values())
     results = getattr(pool, "_result_queue", None)
-    calls = getattr(pool, "_call_queue", None)
     for proc in handles:
         with contextlib.suppress(Exception):
             proc.kill()
     with contextlib.suppress(Exception):
         results._writer.close()  # type: ignore[union-attr]
-    with contextlib.suppress(Exception):
-        calls.cancel_join_thread()  # type: ignore[union-attr]  # its feeder may block on a pipe nobody reads
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in handles:
         with contextlib.suppress(Exception):
