@@ -33,7 +33,7 @@ from emqsim.engine import REAPER, simulate
 from emqsim.errors import ConfigError
 from emqsim.faults import Block, Crash, Freeze, Network, Outage
 from emqsim.policies import ReclaimPolicy
-from emqsim.pools import owned_pool
+from emqsim.pools import gather, owned_pool, submit_all
 from emqsim.records import HELD, Run
 from emqsim.scenario import Scenario
 from emqsim.server import TieBreak
@@ -1086,7 +1086,7 @@ def explore(
         with contextlib.ExitStack() as stack:
             if executor is None:
                 executor = stack.enter_context(owned_pool(workers))
-            results = [f.result() for f in [executor.submit(_chunk, t) for t in tasks]]
+            results = gather(submit_all(executor, _chunk, tasks))
     agg = _Aggregate(sp)
     runs = 0
     tie_findings = []

@@ -24,7 +24,7 @@ from emqsim.distributions import Fixed, Uniform
 from emqsim.engine import simulate
 from emqsim.faults import Crash
 from emqsim.policies import LeasePolicy, LeaseWarning, ReclaimPolicy, RenewalRule, TimeoutPolicy
-from emqsim.pools import owned_pool
+from emqsim.pools import gather, owned_pool, submit_all
 from emqsim.records import Run
 from emqsim.scenario import Scenario, standard
 from emqsim.stats import RunSummary, aggregate, summarize
@@ -63,11 +63,19 @@ def _summary(task: tuple[Scenario, ReclaimPolicy, int, int]) -> RunSummary:
     return summarize(simulate(scenario, policy, seed, rep, record_locks=False))
 
 
+def _summaries(tasks: Sequence[tuple[Scenario, ReclaimPolicy, int, int]]) -> list[RunSummary]:
+    return [_summary(t) for t in tasks]
+
+
 def _map(tasks: Sequence[tuple[Scenario, ReclaimPolicy, int, int]], processes: int) -> list[RunSummary]:
     if processes <= 1 or len(tasks) < 8:
         return [_summary(t) for t in tasks]
+    size = max(1, len(tasks) // (4 * processes))
     with owned_pool(processes) as pool:
-        return list(pool.map(_summary, tasks, chunksize=max(1, len(tasks) // (4 * processes))))
+        chunks = gather(
+            submit_all(pool, _summaries, (tasks[k : k + size] for k in range(0, len(tasks), size)))
+        )
+    return [summary for chunk in chunks for summary in chunk]
 
 
 @dataclass

@@ -4,19 +4,112 @@ what a Ctrl-C does, and stopped at once, leaving no process behind, when the wor
 Pool workers ignore SIGINT (a terminal's Ctrl-C reaches the whole process group; a worker's traceback would
 only clutter the screen) and die with their parent (Linux), so a parent killed by SIGKILL leaves no orphans
 computing on. `stop_pool` kills the workers instead of waiting for the tasks they hold.
+
+A Ctrl-C raises KeyboardInterrupt wherever the main thread is, and inside the executor's own code that can
+leave one of its locks held: a future's lock taken by `wait` and never given back makes the pool's manager
+thread wait for it forever, and the interpreter, which joins that thread at exit, hangs after the command has
+written everything. So the main thread talks to an executor only through this module (`submit_all`,
+`wait_some`, `gather`, `result_of`, `start_pool`), which holds SIGINT, SIGTERM and SIGALRM (`SignalsHeld`)
+for each short call and delivers one that came right after it: the interrupt lands in the caller's code.
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)  # SIGALRM: a swallowed Ctrl-C raised again (cli)
+POLL_S = 0.25  # the longest a held wait lasts, so the longest a Ctrl-C waits to be delivered
+
+
+class SignalsHeld:
+    """While inside: SIGINT, SIGTERM and SIGALRM are only noted, by this thread's handlers and at the OS level
+    (so threads and processes started inside inherit them blocked); on leaving, the previous handlers are back
+    and a noted signal is delivered to them, now. Main thread only (elsewhere it does nothing: signals reach
+    the main thread alone). Nests."""
+
+    def __init__(self) -> None:
+        self._previous: dict[int, Any] = {}
+        self._noted: list[int] = []
+        self._mask: set[int] | None = None
+
+    def _note(self, signum: int, frame: Any) -> None:
+        if signum not in self._noted:
+            self._noted.append(signum)
+
+    def __enter__(self) -> SignalsHeld:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        self._mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
+        try:
+            for signum in HELD:
+                self._previous[signum] = signal.getsignal(signum)  # kept before replacing: nothing lost
+                signal.signal(signum, self._note)  # may first run a handler for a signal that came before
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._mask is None:
+            return
+        # unblocked while the noting handlers are still in place: a signal pending at the OS level is noted
+        signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
+        self._mask = None
+        raised: BaseException | None = None
+        for signum, handler in self._previous.items():
+            for _ in range(3):  # signal.signal() runs pending handlers first: one already restored may raise
+                try:
+                    signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+                    break
+                except BaseException as error:
+                    raised = raised or error
+        if raised is not None:
+            raise raised
+        for signum in self._noted:
+            signal.raise_signal(signum)
+
+
+def submit_all(executor: Executor, fn: Callable[[Any], T], arguments: Iterable[Any]) -> list[Future[T]]:
+    """`fn(a)` for each argument, submitted with signals held (a process pool forks its workers here)."""
+    with SignalsHeld():
+        return [executor.submit(fn, a) for a in arguments]
+
+
+def wait_some(pending: Iterable[Future[T]], timeout: float = POLL_S) -> tuple[set[Future[T]], set[Future[T]]]:
+    """(done, not done): waits with signals held until one is done or `timeout` passed; a loop around it
+    stays interruptible (a signal is delivered between two waits)."""
+    with SignalsHeld():
+        return wait(pending, timeout=min(timeout, POLL_S), return_when=FIRST_COMPLETED)
+
+
+def result_of(future: Future[T]) -> T:
+    """The result of a future that is done (its exception raised), read with signals held."""
+    with SignalsHeld():
+        return future.result(timeout=0)
+
+
+def gather(futures: Sequence[Future[T]]) -> list[T]:
+    """Every future's result, in order, once all are done; a Ctrl-C while waiting stops the waiting."""
+    pending: set[Future[T]] = set(futures)
+    while pending:
+        _, pending = wait_some(pending)
+    return [result_of(f) for f in futures]
 
 
 def _worker_init() -> None:
-    """Pool workers ignore Ctrl-C (the parent decides what happens) and die with the parent (Linux)."""
+    """Pool workers ignore Ctrl-C (the parent decides what happens), end on SIGTERM and die with the parent
+    (Linux). They start with the parent's held signals blocked; one that came meanwhile is handled now."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
     with contextlib.suppress(Exception):
         import ctypes
         import ctypes.util
@@ -26,8 +119,13 @@ def _worker_init() -> None:
 
 
 def start_pool(workers: int) -> ProcessPoolExecutor:
-    """A process pool of `workers` processes that ignore Ctrl-C and die with this process."""
-    return ProcessPoolExecutor(max_workers=workers, initializer=_worker_init)
+    """A process pool of `workers` processes that ignore Ctrl-C and die with this process, started now with
+    signals held: a Ctrl-C at a terminal, which reaches the whole process group, cannot land in a worker that
+    has just been forked and is not yet ignoring it (it would run on as a copy of the command)."""
+    with SignalsHeld():
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init)
+        pool.submit(int)  # forks the workers and starts the pool's threads (they keep the signals blocked)
+    return pool
 
 
 def stop_pool(pool: ProcessPoolExecutor) -> None:
@@ -40,12 +138,13 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
     itself broken and its thread ends."""
     handles = list((getattr(pool, "_processes", None) or {}).values())
     results = getattr(pool, "_result_queue", None)
-    for proc in handles:
+    with SignalsHeld():
+        for proc in handles:
+            with contextlib.suppress(Exception):
+                proc.kill()
         with contextlib.suppress(Exception):
-            proc.kill()
-    with contextlib.suppress(Exception):
-        results._writer.close()  # type: ignore[union-attr]
-    pool.shutdown(wait=False, cancel_futures=True)
+            results._writer.close()  # type: ignore[union-attr]
+        pool.shutdown(wait=False, cancel_futures=True)
     for proc in handles:
         with contextlib.suppress(Exception):
             proc.join(timeout=2)
@@ -59,7 +158,7 @@ def owned_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     pool = start_pool(workers)
     try:
         yield pool
+        pool.shutdown(cancel_futures=True)
     except BaseException:
         stop_pool(pool)
         raise
-    pool.shutdown(cancel_futures=True)

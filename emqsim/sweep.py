@@ -25,14 +25,14 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from emqsim.fileio import write_atomically
 from emqsim.policies import ReclaimPolicy
-from emqsim.pools import start_pool, stop_pool
+from emqsim.pools import SignalsHeld, result_of, start_pool, stop_pool, submit_all, wait_some
 from emqsim.records import RESULTS_SCHEMA
 from emqsim.scenario import Scenario
 from emqsim.stats import RunSummary, aggregate, paired_difference
@@ -159,13 +159,13 @@ def run_sweep(
             if executor is None:
                 own_pool = executor = start_pool(workers)
             batches = _batches(todo, parts=64 * max(1, workers))
-            futures = [executor.submit(run_batch, b) for b in batches]
+            futures = submit_all(executor, run_batch, batches)
             pending = set(futures)
             while pending:
-                done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+                done, pending = wait_some(pending)
                 for future in done:
                     absorbed.add(id(future))
-                    absorb(future.result())
+                    absorb(result_of(future))
                 if stop_requested is not None and stop_requested():
                     raise KeyboardInterrupt
     except KeyboardInterrupt:
@@ -174,12 +174,16 @@ def run_sweep(
             for future in futures:  # results that arrived while stopping still count
                 if id(future) not in absorbed and future.done() and not future.cancelled():
                     with contextlib.suppress(BaseException):
-                        absorb(future.result(timeout=0))
-            for future in futures:
-                future.cancel()
+                        absorb(result_of(future))
             if own_pool is not None:
+                # its queued tasks are cancelled by its own thread: a future cancelled from here while that
+                # thread finds the pool broken makes it fail (InvalidStateError, a traceback on stderr)
                 stop_pool(own_pool)
                 own_pool = None
+            else:
+                with SignalsHeld():
+                    for future in futures:
+                        future.cancel()
             if on_interrupt is not None:
                 on_interrupt(sum(r == 0 for r in remaining), len(cells))
     finally:

@@ -63,7 +63,7 @@ from emqsim.distributions import (
 from emqsim.errors import ConfigError
 from emqsim.faults import Network, RandomFaults
 from emqsim.policies import LeasePolicy, LeaseWarning, ReclaimPolicy, TimeoutPolicy
-from emqsim.pools import owned_pool
+from emqsim.pools import owned_pool, result_of, submit_all, wait_some
 from emqsim.presets import preset
 from emqsim.scenario import Scenario
 from emqsim.stats import RunSummary
@@ -833,13 +833,15 @@ class _Runner:
                     self._absorb(run_batch([task]), bar)
             else:
                 size = max(1, -(-len(tasks) // (8 * self.jobs)))
-                futures = [
-                    self._pool.submit(run_batch, tasks[k : k + size]) for k in range(0, len(tasks), size)
-                ]
-                from concurrent.futures import as_completed
-
-                for f in as_completed(futures):
-                    self._absorb(f.result(), bar)
+                pending = set(
+                    submit_all(
+                        self._pool, run_batch, (tasks[k : k + size] for k in range(0, len(tasks), size))
+                    )
+                )
+                while pending:
+                    done, pending = wait_some(pending)
+                    for future in done:
+                        self._absorb(result_of(future), bar)
         finally:
             bar.close()
 

@@ -7,6 +7,7 @@ A cell has finished when its entry appears in the --cache folder, so the tests w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -44,7 +45,7 @@ def start(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
     """`python ARGS` in tmp_path, in a session of its own (its processes are found by session id)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
-        [sys.executable, *args],
+        [sys.executable, "-X", "faulthandler", *args],  # a hang can be made to show its threads' stacks
         cwd=tmp_path,
         env=env,
         text=True,
@@ -72,13 +73,27 @@ def finished_cells(tmp_path: Path) -> int:
     return len(list(folder.glob("*.json"))) if folder.is_dir() else 0
 
 
+def hung(proc: subprocess.Popen[str], what: str) -> None:
+    """Fail with the stacks of every thread of every process of the hung command: SIGABRT makes each one's
+    fault handler (`-X faulthandler`) print them to the shared stderr before it dies."""
+    for pid in session_processes(proc.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGABRT)
+    try:
+        _, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    pytest.fail(f"{what}; the stacks of its processes' threads:\n{err}")
+
+
 def end(proc: subprocess.Popen[str]) -> tuple[str, str]:
     try:
         out, err = proc.communicate(timeout=HANG)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail("the sweep hung after the signal")
+        hung(proc, "the command hung after the signal")
     deadline = time.monotonic() + 10
     while session_processes(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.05)  # killed pool workers are reaped by the kernel, not instantly
@@ -232,6 +247,55 @@ def test_killing_a_worker_halfway_through_sending_a_result_does_not_hang_the_exi
     proc = start(tmp_path, str(script), str(tmp_path / "mark"))
     out, err = end(proc)
     assert proc.returncode == 0 and out.strip() == "stopped", err
+
+
+INSIDE_THE_EXECUTOR = r"""
+import os, signal, sys
+
+from emqsim.cli.app import main
+
+seen = 0
+
+
+def interrupt_inside_the_executor(frame, event, arg):
+    # `concurrent.futures.wait` takes every future's lock, one by one (_AcquireFutures.__enter__): a Ctrl-C
+    # sent after it has taken some of them is the worst moment there is (a CI run hung after one such)
+    global seen
+    if frame.f_code.co_name == "__enter__" and "_AcquireFutures" in repr(frame.f_locals.get("self")):
+        def per_line(frame, event, arg):
+            global seen
+            if event == "line":
+                seen += 1
+                if seen == 4:
+                    os.kill(os.getpid(), signal.SIGINT)
+            return per_line
+        return per_line
+    return None
+
+
+sys.settrace(interrupt_inside_the_executor)
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["sweep", "explore", "tune", "figures"])
+def test_a_ctrl_c_that_comes_while_the_executor_holds_its_locks_still_ends_the_command(
+    tmp_path: Path, command: str
+) -> None:
+    """A Ctrl-C raised inside `concurrent.futures.wait`, after it has taken some futures' locks, used to leave
+    one taken: the pool's manager thread then waited for it forever and the command hung at exit after
+    printing everything. Signals are now held while the main thread is inside the executor (emqsim.pools)."""
+    script = tmp_path / "inside.py"
+    script.write_text(INSIDE_THE_EXECUTOR)
+    args = {
+        "sweep": ["sweep", "--jobs", "2", "--quiet", "--json", "--replications", "60"],
+        **POOLED_COMMANDS,
+    }[command]
+    proc = start(tmp_path, str(script), *args)
+    out, err = end(proc)
+    assert "Traceback" not in err, err
+    assert proc.returncode == 130, err
 
 
 POOLED_COMMANDS = {
