@@ -202,6 +202,21 @@ def test_event_loop_blocking_is_stalled_iff_it_outlasts_the_lock_as_the_preset_s
     assert not block["agrees"]["renew-every-lockRenewTime"], block["rows"]
 
 
+def test_a_renewal_sent_before_the_fault_is_not_one_after_the_resume() -> None:
+    """A renewal sent just before a block (or SIGSTOP) can reach Redis in time while its reply is handled only
+    after the worker resumes: by reply time it looked like a renewal after the resume, the round counted the
+    job safe and could end before the sweep moved it back (a CI run saw a 2.4 s block "not lost" this way)."""
+    rec = vb.JobRecord(0, "block-0", 1.0, 2.4, block=True)
+    rec.started, rec.fault_at, rec.resumed_at = 100.0, 101.0, 103.4
+    rec.renewals.append(103.401)  # the reply of the renewal sent at 100.999, handled after the block
+    rec.renew_replies.append((100.999, True))
+    assert rec.renewal_after_resume is None
+    rec.renew_replies.append((103.9, False))  # the first renewal sent after the block finds the lock gone
+    assert rec.renewal_after_resume == "failed"
+    rec.renew_replies.append((103.45, True))
+    assert rec.renewal_after_resume == "renewed"
+
+
 def test_harness_simulation_side_without_node() -> None:
     """The emqsim half of the harness, quickly: the module imports and runs without node or redis."""
     blocked_low, n = vb.simulate_freezes(FREEZE, 2, vb.FREEZE_AFTER, 1.4, samples=40, block=True)

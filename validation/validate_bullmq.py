@@ -303,6 +303,8 @@ class JobRecord:
     stalled_by: str | None = None  # "victim" or "survivor": whose sweep moved it
     renewals: list[float] = field(default_factory=list)  # reply times of the victim's renewals
     renew_failed: list[float] = field(default_factory=list)  # lockRenewalFailed times
+    # (sent, renewed) for each renewal of the victim's lock whose reply came: the send time, as the worker read it
+    renew_replies: list[tuple[float, bool]] = field(default_factory=list)
     sweeps: list[float] = field(default_factory=list)  # the queue's sweeps that ran (their send times)
     # every stalled check a Worker of this queue started, run or rate-limited: (who, sent, replied)
     attempts: list[tuple[str, float, float]] = field(default_factory=list)
@@ -346,14 +348,15 @@ class JobRecord:
 
     @property
     def renewal_after_resume(self) -> str | None:
-        """The frozen worker's first renewal after SIGCONT: "renewed", "failed" (the lock had lapsed)."""
+        """The frozen worker's first renewal sent after SIGCONT (or the block's end): "renewed", "failed" (the
+        lock had lapsed). By send time: a renewal sent just before the fault can reach Redis in time while its
+        reply is handled only after the worker resumes, and it says nothing about the lock after that."""
         if self.resumed_at is None:
             return None
-        ok = next((t for t in self.renewals if t >= self.resumed_at), math.inf)
-        bad = next((t for t in self.renew_failed if t >= self.resumed_at), math.inf)
-        if ok == bad == math.inf:
+        after = sorted((sent, ok) for sent, ok in self.renew_replies if sent >= self.resumed_at)
+        if not after:
             return None
-        return "renewed" if ok < bad else "failed"
+        return "renewed" if after[0][1] else "failed"
 
     def replay(self, lease: float, tol: float = 0.002) -> list[float]:
         """When BullMQ's rules say the job comes back, from the measured renewals and sweeps alone: the first
@@ -453,6 +456,8 @@ class Round:
                 rec.renewals.append(t)
             elif ev == "renew_failed":
                 rec.renew_failed.append(t)
+            elif ev == "renew_reply":  # the queue's one job, renewed by its victim (survivors take none)
+                rec.renew_replies.append((msg["sent"] / 1000, not msg.get("failed")))
             elif ev == "queue_stalled" and rec.stalled_at is None:
                 rec.stalled_at = t
             elif ev == "stalled" and rec.stalled_by is None:
@@ -894,6 +899,9 @@ def _lapse_rule_summary(jobs: Sequence[JobRecord], lease: float, tol: float = 0.
                     "renewals_after_fault": [round(t - j.fault_at, 4) for t in j.renewals if t > j.fault_at][
                         :3
                     ],
+                    "renewals_sent_after_fault": [
+                        (round(sent - j.fault_at, 4), ok) for sent, ok in j.renew_replies if sent > j.fault_at
+                    ][:3],
                 }
             )
     return out

@@ -86,6 +86,16 @@ async function start(queue) {
       emit('sweep_attempt', { queue, sent });
     }
   };
+  // Instrumentation only: each lock-renewal batch with the time it was sent. A renewal sent just before the
+  // event loop blocks has its reply (and its locksRenewed event) handled only after the block ends: its send
+  // time, not its reply, says whether the worker renewed after it resumed.
+  const extendLocks = worker.extendJobLocks.bind(worker);
+  worker.extendJobLocks = async (jobIds, tokens, duration) => {
+    const sent = Date.now();
+    const failed = await extendLocks(jobIds, tokens, duration);
+    emit('renew_reply', { queue, sent, jobs: jobIds, failed });
+    return failed;
+  };
   worker.on('locksRenewed', ({ jobIds }) => emit('renewed', { queue, jobs: jobIds }));
   worker.on('lockRenewalFailed', jobIds => emit('renew_failed', { queue, jobs: jobIds }));
   worker.on('completed', job => emit('completed', { queue, job: job.id }));
