@@ -425,3 +425,32 @@ def test_signals_end_grading_and_leave_no_process_or_private_copy(tmp_path: Path
     time.sleep(0.2)
     assert not (family & set(processes())), "the notebook's processes outlived grading"
     assert list(temp.iterdir()) == [], "the private copy was left behind"
+
+
+@pytest.mark.parametrize("command", ["sweep", "explore"])
+def test_a_command_run_from_python_leaves_the_signal_handlers_as_it_found_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    """`emqsim.cli.main([...])` from a notebook: an interrupted command used to leave SIGINT and SIGTERM
+    ignored, so the kernel's interrupt button no longer worked. (The `emqsim` program, main() without
+    arguments, still ignores them on its way out: test_signals_end_the_sweep_and_keep_the_finished_rows.)"""
+    import threading
+
+    from emqsim.cli import main
+
+    main_thread_only()
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    args = {
+        "sweep": ["sweep", "--jobs", "2", "--replications", "200", "--quiet", "--json"],
+        "explore": POOLED_COMMANDS["explore"],
+    }[command]
+    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        code = main(args)
+    finally:
+        timer.cancel()
+    assert code == 130, capsys.readouterr().err
+    assert {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} == before
+    assert main(["fields"]) == 0
+    assert {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} == before

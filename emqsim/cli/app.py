@@ -8,6 +8,7 @@ import errno
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from emqsim.cli.commands import COMMANDS
 from emqsim.cli.parser import build_parser
@@ -28,12 +29,19 @@ OWN_SIGNALS = frozenset({"sweep"})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command and return its exit status.
+
+    Without `argv` this is the `emqsim` program (arguments from sys.argv): once interrupted, it ignores any
+    further Ctrl-C or SIGTERM on its way out, so the status stays 130 or 143. Called with `argv` from Python (a
+    notebook, a script) it leaves SIGINT and SIGTERM handled as it found them: a notebook's interrupt button
+    still works afterwards."""
     parser = build_parser()
     if sys.stdout is None:  # started with standard output closed (`>&-`)
         print(
             "emqsim: error: standard output is closed; redirect it instead, e.g. > /dev/null", file=sys.stderr
         )
         return 2
+    argv_given = argv is not None
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     args.argv = argv  # the command line, for the provenance written with results
@@ -46,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stdout = sys.stdout
     sys.stdout = GuardedStdout(stdout)  # type: ignore[assignment]
     stop = StopSignals()
+    previous_handlers = _handlers() if argv_given else {}
     try:
         with stop.installed() if args.command not in OWN_SIGNALS else contextlib.nullcontext():
             code = handler(args)
@@ -78,3 +87,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         sys.stdout = stdout
+        for signum, previous in previous_handlers.items():
+            signal.signal(signum, previous)
+
+
+def _handlers() -> dict[int, Any]:
+    """SIGINT's and SIGTERM's handlers, to put back after a command run from Python (main thread only; a
+    handler not set from Python cannot be put back)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    return {s: h for s, h in handlers.items() if h is not None}
