@@ -369,17 +369,18 @@ def test_interrupted_process_pool_returns_promptly(
 ) -> None:
     """Ctrl-C while waiting on the pool: the pool is cancelled; the first finished cell is kept, and so is any
     other whose result had already arrived when the interrupt was handled (how many depends on timing)."""
-    real = sweep_module.wait
+    from concurrent.futures import FIRST_COMPLETED, wait
+
     calls: list[int] = []
 
     def one_then_interrupt(futures: Any, **kwargs: Any) -> Any:
         if calls:  # the wait after the first finished batch is interrupted
             raise KeyboardInterrupt
-        done, pending = real(futures, **{**kwargs, "timeout": None})  # until a batch finishes
+        done, pending = wait(futures, return_when=FIRST_COMPLETED)  # until a batch finishes
         calls.append(len(done))
         return done, pending
 
-    monkeypatch.setattr(sweep_module, "wait", one_then_interrupt)
+    monkeypatch.setattr(sweep_module, "wait_some", one_then_interrupt)
     result = sweep(small_cells(), replications=1, jobs=2)
     assert not result.complete
     kept = [i for i, s in enumerate(result.summaries) if s]
