@@ -24,7 +24,9 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)  # SIGALRM: a swallowed Ctrl-C raised again (cli)
+# SIGALRM raises a swallowed Ctrl-C again (emqsim.cli.process); Windows has neither it nor signal masks
+HELD = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGALRM") if hasattr(signal, name))
+CAN_BLOCK = hasattr(signal, "pthread_sigmask")  # POSIX: held signals are blocked, not only noted
 POLL_S = 0.25  # the longest a held wait lasts, so the longest a Ctrl-C waits to be delivered
 
 
@@ -38,6 +40,7 @@ class SignalsHeld:
         self._previous: dict[int, Any] = {}
         self._noted: list[int] = []
         self._mask: set[int] | None = None
+        self._active = False
 
     def _note(self, signum: int, frame: Any) -> None:
         if signum not in self._noted:
@@ -46,7 +49,9 @@ class SignalsHeld:
     def __enter__(self) -> SignalsHeld:
         if threading.current_thread() is not threading.main_thread():
             return self
-        self._mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
+        self._active = True
+        if CAN_BLOCK:
+            self._mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
         try:
             for signum in HELD:
                 self._previous[signum] = signal.getsignal(signum)  # kept before replacing: nothing lost
@@ -57,11 +62,13 @@ class SignalsHeld:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._mask is None:
+        if not self._active:
             return
-        # unblocked while the noting handlers are still in place: a signal pending at the OS level is noted
-        signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
-        self._mask = None
+        self._active = False
+        if self._mask is not None:
+            # unblocked while the noting handlers are still in place: a signal pending at the OS level is noted
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
+            self._mask = None
         raised: BaseException | None = None
         for signum, handler in self._previous.items():
             for _ in range(3):  # signal.signal() runs pending handlers first: one already restored may raise
@@ -107,9 +114,11 @@ def _worker_init() -> None:
     """Pool workers ignore Ctrl-C (the parent decides what happens), end on SIGTERM and die with the parent
     (Linux). They start with the parent's held signals blocked; one that came meanwhile is handled now."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGALRM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
+    for signum in HELD:
+        if signum != signal.SIGINT:
+            signal.signal(signum, signal.SIG_DFL)
+    if CAN_BLOCK:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
     with contextlib.suppress(Exception):
         import ctypes
         import ctypes.util

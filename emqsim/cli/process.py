@@ -70,12 +70,13 @@ class StopSignals:
                 yield self
                 return
             previous = {sig: signal.signal(sig, self) for sig in (signal.SIGINT, signal.SIGTERM)}
-            previous_alarm = signal.signal(signal.SIGALRM, self._retry)
+            can_retry = hasattr(signal, "SIGALRM")  # not on Windows: a swallowed interrupt stays swallowed
+            previous_alarm = signal.signal(signal.SIGALRM, self._retry) if can_retry else None
             unraisable = sys.unraisablehook
 
             def swallowed_interrupts(info: Any) -> None:
                 if isinstance(info.exc_value, KeyboardInterrupt) and self.signum is not None:
-                    if not self.deferred:  # not printed: raised again once the callback has returned
+                    if not self.deferred and can_retry:  # not printed: raised again after the callback
                         self._raise_again = True
                         signal.setitimer(signal.ITIMER_REAL, self.RETRY_S)
                 else:
@@ -86,8 +87,9 @@ class StopSignals:
                 yield self
             finally:
                 sys.unraisablehook = unraisable
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                signal.signal(signal.SIGALRM, previous_alarm)
+                if can_retry:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                    signal.signal(signal.SIGALRM, previous_alarm)
                 for sig, handler in previous.items():
                     # once stopping, the process only saves, reports and exits: a later Ctrl-C must not
                     # kill it by signal on the way out (the exit status says 130 or 143, not -2)
