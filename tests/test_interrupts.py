@@ -261,7 +261,7 @@ def interrupt_inside_the_executor(frame, event, arg):
     # `concurrent.futures.wait` takes every future's lock, one by one (_AcquireFutures.__enter__): a Ctrl-C
     # sent after it has taken some of them is the worst moment there is (a CI run hung after one such)
     global seen
-    if frame.f_code.co_name == "__enter__" and "_AcquireFutures" in repr(frame.f_locals.get("self")):
+    if frame.f_code.co_name == "__enter__" and type(frame.f_locals.get("self")).__name__ == "_AcquireFutures":
         def per_line(frame, event, arg):
             global seen
             if event == "line":
