@@ -24,7 +24,7 @@ from emqsim.distributions import Fixed, Uniform
 from emqsim.engine import simulate
 from emqsim.faults import Crash
 from emqsim.policies import LeasePolicy, LeaseWarning, ReclaimPolicy, RenewalRule, TimeoutPolicy
-from emqsim.pools import gather, owned_pool, submit_all
+from emqsim.pools import batches, gather, owned_pool, submit_all
 from emqsim.records import Run
 from emqsim.scenario import Scenario, standard
 from emqsim.stats import RunSummary, aggregate, summarize
@@ -70,12 +70,9 @@ def _summaries(tasks: Sequence[tuple[Scenario, ReclaimPolicy, int, int]]) -> lis
 def _map(tasks: Sequence[tuple[Scenario, ReclaimPolicy, int, int]], processes: int) -> list[RunSummary]:
     if processes <= 1 or len(tasks) < 8:
         return [_summary(t) for t in tasks]
-    size = max(1, len(tasks) // (4 * processes))
     with owned_pool(processes) as pool:
-        chunks = gather(
-            submit_all(pool, _summaries, (tasks[k : k + size] for k in range(0, len(tasks), size)))
-        )
-    return [summary for chunk in chunks for summary in chunk]
+        done = gather(submit_all(pool, _summaries, batches(tasks, parts=4 * processes)))
+    return [summary for batch in done for summary in batch]
 
 
 @dataclass

@@ -83,6 +83,13 @@ class SignalsHeld:
             signal.raise_signal(signum)
 
 
+def batches(items: Sequence[T], parts: int) -> list[Sequence[T]]:
+    """`items` in order, cut into at most `parts` batches of equal size (the last may be shorter): one task
+    per batch keeps a pool's per-task overhead small while leaving enough tasks to share the work out."""
+    size = max(1, -(-len(items) // max(1, parts)))
+    return [items[k : k + size] for k in range(0, len(items), size)]
+
+
 def submit_all(executor: Executor, fn: Callable[[Any], T], arguments: Iterable[Any]) -> list[Future[T]]:
     """`fn(a)` for each argument, submitted with signals held (a process pool forks its workers here)."""
     with SignalsHeld():

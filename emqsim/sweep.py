@@ -32,7 +32,7 @@ from typing import Any
 
 from emqsim.fileio import write_atomically
 from emqsim.policies import ReclaimPolicy
-from emqsim.pools import SignalsHeld, result_of, start_pool, stop_pool, submit_all, wait_some
+from emqsim.pools import SignalsHeld, batches, result_of, start_pool, stop_pool, submit_all, wait_some
 from emqsim.records import RESULTS_SCHEMA
 from emqsim.scenario import Scenario
 from emqsim.stats import RunSummary, aggregate, paired_difference
@@ -158,8 +158,7 @@ def run_sweep(
         else:
             if executor is None:
                 own_pool = executor = start_pool(workers)
-            batches = _batches(todo, parts=64 * max(1, workers))
-            futures = submit_all(executor, run_batch, batches)
+            futures = submit_all(executor, run_batch, batches(todo, parts=64 * max(1, workers)))
             pending = set(futures)
             while pending:
                 done, pending = wait_some(pending)
@@ -218,11 +217,6 @@ def _signals_deferred() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-def _batches(todo: list, parts: int) -> list[list]:
-    size = max(1, -(-len(todo) // parts))
-    return [todo[i : i + size] for i in range(0, len(todo), size)]
 
 
 def _progress_bar(total: int, enabled: bool | None):

@@ -63,7 +63,7 @@ from emqsim.distributions import (
 from emqsim.errors import ConfigError
 from emqsim.faults import Network, RandomFaults
 from emqsim.policies import LeasePolicy, LeaseWarning, ReclaimPolicy, TimeoutPolicy
-from emqsim.pools import owned_pool, result_of, submit_all, wait_some
+from emqsim.pools import batches, owned_pool, result_of, submit_all, wait_some
 from emqsim.presets import preset
 from emqsim.scenario import Scenario
 from emqsim.stats import RunSummary
@@ -832,12 +832,7 @@ class _Runner:
                 for task in tasks:
                     self._absorb(run_batch([task]), bar)
             else:
-                size = max(1, -(-len(tasks) // (8 * self.jobs)))
-                pending = set(
-                    submit_all(
-                        self._pool, run_batch, (tasks[k : k + size] for k in range(0, len(tasks), size))
-                    )
-                )
+                pending = set(submit_all(self._pool, run_batch, batches(tasks, parts=8 * self.jobs)))
                 while pending:
                     done, pending = wait_some(pending)
                     for future in done:

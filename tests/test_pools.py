@@ -125,3 +125,15 @@ def test_without_signal_masks_signals_are_still_noted_and_delivered(
         signal.raise_signal(signal.SIGINT)
         assert got == []
     assert got == [signal.SIGINT]
+
+
+def test_batches_keep_the_order_and_make_at_most_the_parts_asked_for() -> None:
+    from emqsim.pools import batches
+
+    items = list(range(10))
+    assert batches(items, 3) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert batches(items, 64) == [[i] for i in items]
+    assert batches([], 4) == []
+    for parts in range(1, 12):
+        cut = batches(items, parts)
+        assert len(cut) <= parts and [i for b in cut for i in b] == items
