@@ -6,9 +6,11 @@ without the token check, both sweeps, the reaper, and clock advances). Each sequ
 private redis-server; after every step the replies and every key (type, value, TTL present or not) must
 agree, and each TTL must have been set by the same step with the same PX on both sides.
 
-Time only moves in the Python store. Every PX used is at least 10 s, so nothing expires on the real server
-during an example; when the virtual clock passes a key's expiry, the test deletes that key on the server
-(the expiry the server would have done), so no step depends on real TTLs.
+Time only moves in the Python store. When the virtual clock passes a key's expiry, the test deletes that key
+on the server (the expiry the server would have done). The server's own clock must never expire a key: after
+each step has been checked, the harness moves every expiry that step set one day later on the server (and
+remembers the shift), so neither a slow machine, a paused one nor a step of the wall clock can make a key
+vanish mid-example. Only a stall of more than 10 s (every PX is at least 10 s) inside a single step could.
 
 One harness adjustment, a known difference between the simulated store and Redis 7.0: SMEMBERS on a set of
 integers (an intset, up to 512 members) returns them in ascending numeric order, while `KeyStore` returns
@@ -36,6 +38,7 @@ from emqsim.store import KeyStore
 pytestmark = pytest.mark.redis
 
 EPOCH_MS = 1_700_000_000_000  # a realistic epoch-ms clock: exercises Lua's number handling
+SHIFT_MS = 86_400_000  # how far the harness moves a freshly set expiry on the server (a day)
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +157,7 @@ class Pair:
     def check_state(self, r0: int | None, r1: int | None) -> None:
         py, rd = self.python_snapshot(), self.redis_snapshot()
         assert sorted(py) == sorted(rd)
+        fresh: dict[str, int] = {}  # key -> the server's expiry (epoch ms) as this step set it
         for key, (kind, value, expire_at) in py.items():
             r_kind, r_value, pexpiretime = rd[key]
             assert (kind, value) == (r_kind, r_value), key
@@ -168,7 +172,14 @@ class Pair:
                 assert r0 is not None and r1 is not None, f"{key}: TTL changed without a step"
                 now = self.clock.now
                 assert r0 - now <= offset <= r1 - now, f"{key}: PX differs (offset {offset})"
-                self.offsets[key] = offset
+                fresh[key] = pexpiretime
+        # Keys whose TTL this step set: out of the server clock's reach (see the module doc).
+        if fresh:
+            pipe = self.client.pipeline(transaction=False)
+            for key, pexpiretime in fresh.items():
+                pipe.pexpireat(key, pexpiretime + SHIFT_MS)
+                self.offsets[key] = pexpiretime + SHIFT_MS - py[key][2]
+            assert all(pipe.execute()), f"a key of {sorted(fresh)} expired on the server within its step"
 
 
 # -- operation sequences --------------------------------------------------------------------------------------
@@ -307,3 +318,17 @@ def test_unchecked_finish_of_a_reaped_job_is_accepted_twice(client):
     x = pair.store.execute
     assert x("SMEMBERS", pair.keys.completed) == ["0"]
     assert x("HGET", pair.keys.job("0"), "ats") == "2"
+
+
+def test_the_servers_clock_cannot_expire_a_key_mid_example(client):
+    """The harness's premise: a TTL set by a step is a day away on the server once that step is checked, so a
+    stalled or paused machine (or a step of the wall clock) cannot expire it before the virtual clock does."""
+    pair = Pair(client)
+    cfg = {"lock": "lease", "lease_ms": 10_000, "interval_ms": 10_000, "max_stalled": 1}
+    run_sequence(pair, cfg, [step("add"), step("take"), step("sweep2"), step("advance", value=9_000)])
+    now_ms = int(time.time() * 1000)
+    for key in (pair.keys.lock("0"), pair.keys.stalled_check):
+        assert client.pexpiretime(key) - now_ms > SHIFT_MS - 10_000, key
+    # ...and the virtual clock still expires them, on both sides, one ms after their PX.
+    run_sequence(pair, cfg, [step("advance", value=1_001)])
+    assert client.exists(pair.keys.lock("0"), pair.keys.stalled_check) == 0
