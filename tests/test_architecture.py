@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "emqsim.pools",
             "emqsim.distributions",
             "emqsim.live.lua",
+            "emqsim.live.clockwatch",  # standard library only: it also runs as a script, in a process of its own
         ],
     ),
     ("store", ["emqsim.store"]),

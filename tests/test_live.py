@@ -17,7 +17,7 @@ import pytest
 
 from emqsim import Crash, Fixed, Freeze, LeasePolicy, Scenario, TimeoutPolicy, simulate, standard
 from emqsim.errors import ConfigError
-from emqsim.live import LiveRun, PrivateRedis, add_live_arguments, main_live, run_live
+from emqsim.live import LiveRun, PrivateRedis, add_live_arguments, main_live
 from emqsim.stats import summarize
 
 SCALE = 0.02  # 1 scenario second = 20 ms real
@@ -48,9 +48,9 @@ def children() -> set[int]:
 # -- the three claims -----------------------------------------------------------------------------------------
 @pytest.mark.redis
 @pytest.mark.parametrize("die_after", [1.0, 15.0])
-def test_sigkilled_workers_job_is_recovered_within_the_lease_bounds(need_redis, die_after):
+def test_sigkilled_workers_job_is_recovered_within_the_lease_bounds(need_redis, die_after, steady_live):
     scenario = standard("fast-dead", die_after=die_after, duration=25)
-    run = run_live(scenario, lease_policy(), time_scale=SCALE)
+    run = steady_live(scenario, lease_policy(), time_scale=SCALE)
     first = run.attempts[0]
     assert first.died_at is not None and first.outcome == "reclaimed"
     assert first.worker_state_at_reclaim == "dead"
@@ -68,8 +68,8 @@ def test_sigkilled_workers_job_is_recovered_within_the_lease_bounds(need_redis, 
 
 
 @pytest.mark.redis
-def test_slow_but_alive_worker_is_never_reclaimed_under_the_lease(need_redis):
-    run = run_live(standard("slow-alive", duration=150), lease_policy(), time_scale=SCALE)  # 5 leases long
+def test_slow_but_alive_worker_is_never_reclaimed_under_the_lease(need_redis, steady_live):
+    run = steady_live(standard("slow-alive", duration=150), lease_policy(), time_scale=SCALE)  # 5 leases long
     assert [a.outcome for a in run.attempts] == ["completed"]
     assert summarize(run).reclaims == 0
     renewals = [e for e in run.lock_events if e.kind == "renewed"]
@@ -79,8 +79,8 @@ def test_slow_but_alive_worker_is_never_reclaimed_under_the_lease(need_redis):
 
 
 @pytest.mark.redis
-def test_slow_but_alive_worker_is_falsely_reclaimed_by_a_short_timeout(need_redis):
-    run = run_live(
+def test_slow_but_alive_worker_is_falsely_reclaimed_by_a_short_timeout(need_redis, steady_live):
+    run = steady_live(
         standard("slow-alive", duration=60), TimeoutPolicy(timeout=40, scan=SCAN), time_scale=SCALE
     )
     first = run.attempts[0]
@@ -94,10 +94,10 @@ def test_slow_but_alive_worker_is_falsely_reclaimed_by_a_short_timeout(need_redi
 
 
 @pytest.mark.redis
-def test_frozen_worker_loses_its_job_and_its_late_finish_is_rejected(need_redis):
+def test_frozen_worker_loses_its_job_and_its_late_finish_is_rejected(need_redis, steady_live):
     # SIGSTOP 5 s into an 80 s job, for 70 s: past lease + 2 scans (50 s) with 20 s to spare.
     scenario = standard("frozen", freeze_after=5, freeze_for=70, duration=80)
-    run = run_live(scenario, lease_policy(), time_scale=SCALE)
+    run = steady_live(scenario, lease_policy(), time_scale=SCALE)
     first, second = run.attempts[:2]
     assert first.worker_state_at_reclaim == "frozen"
     assert first.finish_result in ("Missing lock for job 0", "Lock mismatch for job 0")
@@ -113,11 +113,11 @@ def test_frozen_worker_loses_its_job_and_its_late_finish_is_rejected(need_redis)
 
 
 @pytest.mark.redis
-def test_blocked_event_loop_loses_a_working_workers_job_as_the_simulator_says(need_redis):
+def test_blocked_event_loop_loses_a_working_workers_job_as_the_simulator_says(need_redis, steady_live):
     # A busy loop holds the worker's event loop 5 s into an 80 s job, for 70 s: no renewal leaves, the lease
     # lapses and the job is reclaimed while its worker is blocked; unlike a freeze the work goes on.
     scenario = standard("blocked-loop", block_after=5, block_for=70, duration=80)
-    run = run_live(scenario, lease_policy(), time_scale=SCALE)
+    run = steady_live(scenario, lease_policy(), time_scale=SCALE)
     sim = simulate(scenario, lease_policy(), seed=0)
     for r in (run, sim):
         first, second = r.attempts[:2]
@@ -191,14 +191,14 @@ def test_no_process_or_server_is_left_behind(need_redis):
 
 
 @pytest.mark.redis
-def test_a_users_redis_is_checked_and_cleaned(need_redis, tmp_path):
+def test_a_users_redis_is_checked_and_cleaned(need_redis, tmp_path, steady_live):
     with PrivateRedis() as server:
         client = server.client()
         client.set("someone:else", "1")
         with pytest.raises(ConfigError, match="outside this run's prefix") as info:
-            run_live(standard("fast-dead"), lease_policy(), redis_url=server.url, time_scale=SCALE)
+            steady_live(standard("fast-dead"), lease_policy(), redis_url=server.url, time_scale=SCALE)
         assert "\n" not in str(info.value) and "--allow-foreign-keys" in str(info.value)
-        run = run_live(
+        run = steady_live(
             standard("fast-dead", duration=5),
             lease_policy(),
             redis_url=server.url,

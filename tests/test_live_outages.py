@@ -16,7 +16,7 @@ import pytest
 from emqsim import Fixed, LeasePolicy, Scenario, simulate
 from emqsim.errors import ConfigError
 from emqsim.faults import Outage, RandomFaults, reconnect_after_ms
-from emqsim.live import LiveRun, run_live
+from emqsim.live import LiveRun
 from emqsim.live.cli import without_outages
 from emqsim.stats import summarize
 
@@ -46,8 +46,11 @@ def two_jobs(
     )
 
 
-def both(scenario: Scenario, seed: int = 0, lease: float = LEASE, scale: float = SCALE):
-    live = run_live(scenario, policy(lease), time_scale=scale, seed=seed)
+def both(
+    run_live, scenario: Scenario, seed: int = 0, lease: float = LEASE, scale: float = SCALE, before_each=None
+):
+    """`run_live` is the steady_live fixture (tests/conftest.py): a disturbed live run is run again."""
+    live = run_live(scenario, policy(lease), time_scale=scale, seed=seed, before_each=before_each)
     return live, simulate(scenario, policy(lease), seed=seed)
 
 
@@ -75,7 +78,7 @@ def connection_events(run) -> list[tuple[float, int, str]]:
 
 
 @pytest.mark.redis
-def test_a_long_outage_lapses_the_lease_as_the_simulator_says(need_redis, monkeypatch):
+def test_a_long_outage_lapses_the_lease_as_the_simulator_says(need_redis, monkeypatch, steady_live):
     # Worker 0's connection is down from 5 s for 12 s; BullMQ's backoff reconnects it at 23.179 s. Its job's
     # work ends at 6 s, and the finish waits in the offline queue; so do its renewals: the lock lapses (by
     # 5 + lease), a sweep of worker 1 reclaims the job (7-10 s) and worker 1, idle since 6 s, takes it again at
@@ -91,7 +94,9 @@ def test_a_long_outage_lapses_the_lease_as_the_simulator_says(need_redis, monkey
         dropped.append((wid, self.connections_dropped - before))
 
     monkeypatch.setattr(LiveRun, "drop_connections", spy)
-    live, sim = both(two_jobs(Outage(at=5, duration=12, worker=0), work=6.0))
+    live, sim = both(
+        steady_live, two_jobs(Outage(at=5, duration=12, worker=0), work=6.0), before_each=dropped.clear
+    )
     assert len(dropped) == 1 and dropped[0][0] == 0 and dropped[0][1] >= 1
     for run in (live, sim):
         reclaimed = [a for a in run.attempts if a.reclaimed_at is not None]
@@ -115,12 +120,12 @@ def test_a_long_outage_lapses_the_lease_as_the_simulator_says(need_redis, monkey
 
 
 @pytest.mark.redis
-def test_a_short_outage_loses_nothing(need_redis):
+def test_a_short_outage_loses_nothing(need_redis, steady_live):
     # Down 0.5 s (reconnected at 1 s): the queued renewal reaches Redis long before the lease lapses. A 5 s
     # lease here: the last renewal before the outage came after 4 s, so the lock holds until after 9 s, 3 s
     # (600 ms real) after the reconnect; with 3 s that margin was 1 s (200 ms real), which a loaded box missed.
     # At time scale 0.5 that margin is 1.5 s real.
-    live, sim = both(two_jobs(Outage(at=5, duration=0.5, worker=0)), lease=5.0, scale=0.5)
+    live, sim = both(steady_live, two_jobs(Outage(at=5, duration=0.5, worker=0)), lease=5.0, scale=0.5)
     for run in (live, sim):
         assert [a.outcome for a in run.attempts] == ["completed", "completed"]
         assert counts(run) == (0, 0, 0, 0, 0)
@@ -139,10 +144,10 @@ def test_a_short_outage_loses_nothing(need_redis):
 
 
 @pytest.mark.redis
-def test_an_outage_of_every_worker_lapses_every_lease_as_the_simulator_says(need_redis):
+def test_an_outage_of_every_worker_lapses_every_lease_as_the_simulator_says(need_redis, steady_live):
     # A network blip at Redis: every client is down 5 s -> 15.076 s. Nobody can sweep meanwhile (the sweeps are
     # the workers'), so both jobs are reclaimed after the reconnect, their workers alive again.
-    live, sim = both(two_jobs(Outage(at=5, duration=8)))
+    live, sim = both(steady_live, two_jobs(Outage(at=5, duration=8)))
     for run in (live, sim):
         reclaimed = sorted((a.worker, a.worker_state_at_reclaim) for a in run.attempts if a.reclaimed_at)
         assert reclaimed == [(0, "alive"), (1, "alive")]
@@ -160,13 +165,15 @@ def test_an_outage_of_every_worker_lapses_every_lease_as_the_simulator_says(need
 
 
 @pytest.mark.redis
-def test_random_outages_are_the_simulators_windows(need_redis):
+def test_random_outages_are_the_simulators_windows(need_redis, steady_live):
     # Random outages come from the run's seeded fault stream: the live workers are cut off exactly when the
     # simulated ones are (nobody crashes, so no worker is replaced), with the same effect on the leases.
     scenario = two_jobs(
         random_faults=RandomFaults(outage_rate=300.0, outage_duration=Fixed(8.0)), jobs=4
     ).with_(horizon=60)
-    live, sim = both(scenario, seed=5)  # worker 1 is cut off 3.3 -> 13.4 s, worker 0 29.9 -> 40.0 s
+    live, sim = both(
+        steady_live, scenario, seed=5
+    )  # worker 1 is cut off 3.3 -> 13.4 s, worker 0 29.9 -> 40.0 s
     events = connection_events(sim)
     assert events and connection_events(live) == [e for e in events if e[0] <= live.end]
     assert without_duplicate_executions(live) == without_duplicate_executions(sim)  # see the test above
@@ -177,7 +184,9 @@ def test_random_outages_are_the_simulators_windows(need_redis):
 
 @pytest.mark.redis
 @pytest.mark.parametrize("policy_kind", ["lease", "timeout"])
-def test_a_redis_restart_is_a_real_one_and_agrees_with_the_simulator(need_redis, monkeypatch, policy_kind):
+def test_a_redis_restart_is_a_real_one_and_agrees_with_the_simulator(
+    need_redis, monkeypatch, policy_kind, steady_live
+):
     # The private redis-server is shut down (SHUTDOWN SAVE) at 5 s and started again on its data at 13 s;
     # every client reconnects at 15.076 s. Jobs arrive at 2.7, 6.9, 8.5, 10.4, 16.3 and 20.5 s (seed 1): the
     # three made while Redis is down wait in the producer's queue and are taken only after the reconnect.
@@ -216,7 +225,9 @@ def test_a_redis_restart_is_a_real_one_and_agrees_with_the_simulator(need_redis,
         horizon=300,
     )
     chosen = policy() if policy_kind == "lease" else TimeoutPolicy(timeout=12, scan=SCAN)
-    live = run_live(scenario, chosen, time_scale=SCALE, seed=1)
+    live = steady_live(
+        scenario, chosen, time_scale=SCALE, seed=1, before_each=lambda: (before.clear(), after.clear())
+    )
     sim = simulate(scenario, chosen, seed=1)
     # a real restart: a new process that loaded the data saved at the shutdown. (On a loaded box the parent's restart can come
     # late and a worker's queued finish reach the new server at once, so the state after the start is read
@@ -252,7 +263,7 @@ def test_a_redis_restart_is_a_real_one_and_agrees_with_the_simulator(need_redis,
 
 
 @pytest.mark.redis
-def test_random_freezes_and_blocks_are_the_simulators(need_redis):
+def test_random_freezes_and_blocks_are_the_simulators(need_redis, steady_live):
     # Random freezes and blocked loops come from the run's seeded fault streams, each next one counted from
     # the end of the last (or from a fault that found its worker already frozen or blocked, and did not
     # happen): the live workers are frozen and blocked when the simulated ones are, to the margin.
@@ -265,7 +276,7 @@ def test_random_freezes_and_blocks_are_the_simulators(need_redis):
         block_duration=Uniform(0.5, 3.0),
     )
     scenario = two_jobs(random_faults=faults, jobs=4, work=25.0).with_(horizon=60)
-    live, sim = both(scenario, seed=3)
+    live, sim = both(steady_live, scenario, seed=3)
     kinds = ("freeze", "resume", "block", "unblock")
     simulated = [
         (e.time, e.worker, e.kind) for e in sim.worker_events if e.kind in kinds and e.time <= live.end

@@ -9,18 +9,23 @@
 """
 
 from emqsim.live.cli import add_live_arguments, format_run, main_live
+from emqsim.live.clockwatch import ClockWatch, Steadiness
 from emqsim.live.runner import DEFAULT_TIME_SCALE, LiveRun, LiveSettings, LiveWarning, run_live
 from emqsim.live.scripts import SCRIPT_NAMES, LuaQueue
 from emqsim.live.server import PrivateRedis, redis_server_path
+from emqsim.live.settings import LiveDisturbed
 
 __all__ = [
     "DEFAULT_TIME_SCALE",
     "SCRIPT_NAMES",
+    "ClockWatch",
+    "LiveDisturbed",
     "LiveRun",
     "LiveSettings",
     "LiveWarning",
     "LuaQueue",
     "PrivateRedis",
+    "Steadiness",
     "add_live_arguments",
     "format_run",
     "main_live",

@@ -52,6 +52,7 @@ from emqsim.faults import (
     redis_down_windows,
 )
 from emqsim.keys import QueueKeys
+from emqsim.live.clockwatch import ClockWatch, Steadiness
 from emqsim.live.faults import FaultInjection
 from emqsim.live.lua import key_names
 from emqsim.live.records import Proc, build_run
@@ -66,7 +67,7 @@ from emqsim.live.server import (
     die_with_parent,
     no_retry,
 )
-from emqsim.live.settings import DEFAULT_TIME_SCALE, LiveSettings, LiveWarning
+from emqsim.live.settings import DEFAULT_TIME_SCALE, LiveDisturbed, LiveSettings, LiveWarning
 from emqsim.live.worker import connection_name
 from emqsim.policies import ReclaimPolicy
 from emqsim.records import Run
@@ -190,6 +191,7 @@ class LiveRun(FaultInjection):
         self.resident_peak = 0
         self.selector = selectors.DefaultSelector()
         self.tmpdir: Path | None = None
+        self.steadiness: Steadiness | None = None  # what the ClockWatch saw during the run
         self.server: PrivateRedis | None = None
         self.client: redis.Redis | None = None
         self.restart_watcher: Callable[[], object] | None = None
@@ -592,7 +594,22 @@ class LiveRun(FaultInjection):
             self.tmpdir = Path(tempfile.mkdtemp(prefix="emqsim-live-run-"))
             self.open_redis()
             watcher = self.watch_evictions(stop_watch)
-            return self._run()
+            with ClockWatch() as clock:
+                run = self._run()
+            try:
+                self.steadiness = clock.result()
+            except RuntimeError as exc:  # the watch itself was lost (killed): say so, keep the run
+                warnings.warn(f"{exc}; this run's steadiness is unknown", LiveWarning, stacklevel=2)
+            margin = self.live.timing_margin_ms / 1000
+            if self.steadiness is not None and self.steadiness.disturbed(margin):
+                warnings.warn(
+                    f"{self.steadiness.describe()}, against a timing margin of {margin * 1000:.0f} ms (half "
+                    "the shortest timer): this run's timings may differ from the simulator's for reasons "
+                    "outside the protocol; run it again on a quieter machine",
+                    LiveDisturbed,
+                    stacklevel=2,
+                )
+            return run
         except (redis.RedisError, RuntimeError, OSError) as exc:
             gone = self.redis_failure()
             if gone is not None:

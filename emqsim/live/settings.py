@@ -16,6 +16,11 @@ class LiveWarning(UserWarning):
     """Live settings that run but measure mostly the machine (timers near the OS's scheduling jitter)."""
 
 
+class LiveDisturbed(LiveWarning):
+    """The machine stalled, or its wall clock stepped, by at least the run's timing margin during a live run:
+    its timings may differ from the simulator's for reasons outside the protocol."""
+
+
 @dataclass(frozen=True)
 class LiveSettings:
     """The policy's protocol parameters, in real milliseconds after time scaling."""
@@ -30,6 +35,13 @@ class LiveSettings:
     swept_by: str
     max_stalled: int | None
     timeout_ms: int | None
+
+    @property
+    def timing_margin_ms(self) -> float:
+        """Half the shortest real timer period (heartbeat tick, sweep): a stall or clock step that long moves a
+        renewal or a sweep by half a period, enough to change what the run measures."""
+        periods = [self.sweep_ms] + ([self.renewal["tick_ms"]] if self.renewal is not None else [])
+        return min(periods) / 2
 
     @classmethod
     def from_policy(cls, policy: ReclaimPolicy, time_scale: float) -> LiveSettings:
