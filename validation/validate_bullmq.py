@@ -52,7 +52,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,7 @@ from emqsim.analytic import freeze_lapse_probability, lease_detection, renewal_p
 from emqsim.distributions import Fixed, Uniform
 from emqsim.engine import simulate
 from emqsim.faults import Block, Crash, Freeze, Network
+from emqsim.live.clockwatch import ClockWatch, Steadiness
 from emqsim.live.server import PrivateRedis, redis_server_path
 from emqsim.policies import LeasePolicy, ReclaimPolicy, RenewalRule
 from emqsim.presets import preset
@@ -81,6 +82,8 @@ LATE_SLACK = 0.3  # s: the real max may exceed the simulated one by this much, o
 CRASH_AFTER = (1.2, 3.2)  # s into the job: after its first renewal (which comes 0.5..1 s in)
 FREEZE_AFTER = (1.2, 2.2)
 FREEZE_LENGTHS = (1.2, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 2.0, 2.2, 2.5)
+STEADY_MARGIN = 0.05  # s: a stall or wall-clock step this long moves a 1.4 s freeze halfway to L - B = 1.5 s
+STEADY_ATTEMPTS = 3  # rounds the machine disturbed are run again, at most this many times in all
 
 _LIBC = (
     ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True) if sys.platform == "linux" else None
@@ -392,6 +395,7 @@ class RoundResult:
     jobs: list[JobRecord]
     errors: list[str]
     wall: float
+    steadiness: Steadiness | None = None  # the machine's clocks from the jobs' adds to the last detection
 
 
 class Round:
@@ -582,9 +586,15 @@ class Round:
             self._wait(lambda: len(self.started) == workers, 30 + s.scan, "the Workers to start")
             time.sleep(max(0.0, go + s.scan + 0.2 - time.time()))  # every Worker has run its first sweep
             ms = int(self.job_seconds * 1000)
-            observer.send({"add": [self._job(r, ms) for r in self.records.values()]})
             longest = max(r.after + (r.freeze or 0.0) for r in self.records.values())
-            self._wait(self._done, 30 + longest + s.window, "the faults and their detection")
+            with ClockWatch() as clock:  # the timed part: from the jobs' adds to the last detection
+                observer.send({"add": [self._job(r, ms) for r in self.records.values()]})
+                self._wait(self._done, 30 + longest + s.window, "the faults and their detection")
+            try:
+                steadiness: Steadiness | None = clock.result()
+            except RuntimeError as lost:  # the watch itself was lost: the round stands, unwatched
+                print(f"round {self.name} not watched: {lost}", file=sys.stderr)
+                steadiness = None
             for exc in self.timeline.errors:
                 raise RuntimeError(f"round {self.name}: a fault failed: {exc!r}") from exc
             time.sleep(0.15)  # the observer polls stalled-check every 20 ms: let it see the last sweeps
@@ -595,7 +605,12 @@ class Round:
                 proc.kill()
         with self.changed:
             return RoundResult(
-                s, self.survivors, list(self.records.values()), list(self.errors), time.time() - t0
+                s,
+                self.survivors,
+                list(self.records.values()),
+                list(self.errors),
+                time.time() - t0,
+                steadiness,
             )
 
 
@@ -661,6 +676,42 @@ def run_rounds(socket_path: str, workdir: Path, rounds: Sequence[RoundSpec], see
     if errors:
         raise errors[0]
     return [r for r in results if r is not None]
+
+
+def run_steady_rounds(
+    socket_path: str,
+    workdir: Path,
+    rounds: Sequence[RoundSpec],
+    seed: int,
+    attempts: int = STEADY_ATTEMPTS,
+    margin: float = STEADY_MARGIN,
+) -> list[RoundResult]:
+    """`run_rounds`, run again (under fresh queue names, at most `attempts` times in all) while the machine
+    stalled or stepped its wall clock by `margin` s during them: such rounds time the machine, not BullMQ.
+    Each discarded attempt is said on stderr; RuntimeError when every attempt was disturbed."""
+    last = ""
+    for attempt in range(attempts):
+        specs = [r if attempt == 0 else replace(r, name=f"{r.name}-retry{attempt}") for r in rounds]
+        results = run_rounds(socket_path, workdir, specs, seed)
+        disturbed = [
+            f"round {spec.name}: {r.steadiness.describe()}"
+            for spec, r in zip(specs, results, strict=True)
+            if r.steadiness is not None and r.steadiness.disturbed(margin)
+        ]
+        if not disturbed:
+            return results
+        last = "; ".join(disturbed)
+        names = ", ".join(r.name for r in specs)
+        print(f"rounds {names} not judged ({margin * 1000:.0f} ms margin): {last}", file=sys.stderr)
+    raise RuntimeError(f"all {attempts} attempts were disturbed; the last: {last}")
+
+
+def steadiness_summary(results: Sequence[RoundResult]) -> dict[str, float] | None:
+    """The worst stall and clock step over the rounds (seconds), as their ClockWatch saw them."""
+    seen = [r.steadiness for r in results if r.steadiness is not None]
+    if not seen:
+        return None
+    return {"stall": max(x.stall for x in seen), "clock_step": max(x.clock_step for x in seen)}
 
 
 # -- the same scenario in emqsim --------------------------------------------------------------------------------
@@ -958,6 +1009,7 @@ def crash_report(
             lease_detection(settings.lease, RenewalRule.bullmq(settings.lease), settings.scan, rtt=SIM_RTT)
         ),
         "real_wall_seconds": max(r.wall for r in results),
+        "steadiness": steadiness_summary(results),
         "timer_lateness": timer_lateness(jobs, settings.scan),
         "errors": sorted({e for r in results for e in r.errors})[:10],
         "models": {},
@@ -1023,6 +1075,7 @@ def freeze_report(
         "rows": rows,
         "agrees": {m: freezes_agree([row["models"][m] for row in rows]) for m in models},
         "real_wall_seconds": max(r.wall for r in results),
+        "steadiness": steadiness_summary(results),
         "errors": sorted({e for r in results for e in r.errors})[:10],
         "jobs": [asdict(j) for j in jobs],
     }
@@ -1050,7 +1103,7 @@ def crash_experiment(
     for k in range(rounds):
         plans = plan_crashes(victims, after, rng)
         spec = RoundSpec(f"{name}{k}", settings, plans, survivors, shared)
-        results += run_rounds(socket_path, workdir, [spec], seed + k)
+        results += run_steady_rounds(socket_path, workdir, [spec], seed + k)
     return crash_report(results, after, seed=seed, samples=samples, models=models)
 
 
@@ -1078,7 +1131,7 @@ def freeze_experiment(
     for k, start in enumerate(range(0, len(plans), victims)):
         chunk = plans[start : start + victims]
         spec = RoundSpec(f"{name}{k}", settings, chunk, survivors, shared)
-        results += run_rounds(socket_path, workdir, [spec], seed + k)
+        results += run_steady_rounds(socket_path, workdir, [spec], seed + k)
     return freeze_report(results, after, seed=seed, samples=samples, models=models)
 
 
@@ -1093,6 +1146,16 @@ def replay_line(rp: dict[str, Any]) -> str:
         f"replay: {rp['matched']} of {rp['lost']} reclaims came from the sweep BullMQ's rules give for the "
         f"measured lock sets and sweeps (error {e.get('min', 0):+.0f}..{e.get('max', 0):+.0f} ms, {rp['ties']} ms "
         f"ties; {rp.get('in_flight', 0)} faults with a renewal in flight)"
+    )
+
+
+def steadiness_line(report: dict[str, Any]) -> str:
+    seen = report.get("steadiness")
+    if seen is None:
+        return "machine: not watched"
+    return (
+        f"machine: stalled up to {seen['stall'] * 1000:.0f} ms, wall clock stepped up to "
+        f"{seen['clock_step'] * 1000:.0f} ms (rounds past {STEADY_MARGIN * 1000:.0f} ms are run again)"
     )
 
 
@@ -1113,6 +1176,7 @@ def print_crash(report: dict[str, Any]) -> None:
         f"sim median {sg['p50']:.3f} s, mean {sg['mean']:.3f}, max {sg['max']:.3f}"
     )
     print("  " + replay_line(rp))
+    print("  " + steadiness_line(report))
     print(
         f"  sweep timers fired up to {report['timer_lateness'] * 1000:.0f} ms late (allowed above the sim's max)"
     )
@@ -1142,6 +1206,7 @@ def print_freeze(report: dict[str, Any]) -> None:
         f"{rule['of']} freezes ({rule['ambiguous']} within 5 ms of L)"
     )
     print("  " + replay_line(report["replay"]))
+    print("  " + steadiness_line(report))
     for row in report["rows"]:
         c = row["models"]["bullmq"] if "bullmq" in row["models"] else next(iter(row["models"].values()))
         models = "; ".join(
