@@ -37,11 +37,10 @@ def steady_live():
     import warnings
 
     import emqsim.live as live
-    from emqsim.live import LiveDisturbed
+    from emqsim.live import Disturbed, LiveDisturbed, until_steady
 
     def run(*args, before_each=None, **kwargs):
-        seen = []
-        for _ in range(STEADY_ATTEMPTS):
+        def attempt(k):
             if before_each is not None:
                 before_each()
             with warnings.catch_warnings(record=True) as caught:
@@ -51,10 +50,12 @@ def steady_live():
             for w in caught:
                 if not issubclass(w.category, LiveDisturbed):
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-            if not disturbed:
-                return result
-            seen.append(disturbed[0])
-            print(f"live run not judged: {disturbed[0]}")
-        pytest.fail(f"all {STEADY_ATTEMPTS} live runs were disturbed; the last: {seen[-1]}")
+            return result, (f"live run not judged: {disturbed[0]}" if disturbed else None)
+
+        try:
+            result, _ = until_steady(attempt, lambda done: done[1], attempts=STEADY_ATTEMPTS)
+        except Disturbed as exc:
+            pytest.fail(str(exc))
+        return result
 
     return run

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from emqsim import LeasePolicy, standard
-from emqsim.live import ClockWatch, LiveDisturbed, LiveSettings, Steadiness
+from emqsim.live import ClockWatch, Disturbed, LiveDisturbed, LiveSettings, Steadiness, until_steady
 from emqsim.live import runner as live_runner
 
 
@@ -104,13 +104,13 @@ def test_the_timing_margin_is_half_the_shortest_timer():
     assert live.timing_margin_ms == 50  # scan 5 s -> 100 ms real; the tick is 200 ms
 
 
-class Disturbed:
+class DisturbedWatch:
     """Stands in for ClockWatch inside the live runner: every run it watches was disturbed."""
 
     def __init__(self, *args, **kwargs) -> None:
         pass
 
-    def __enter__(self) -> Disturbed:
+    def __enter__(self) -> DisturbedWatch:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -124,7 +124,7 @@ class Disturbed:
 def test_a_disturbed_live_run_warns_and_the_cli_prints_it(need_redis, monkeypatch, capsys):
     from emqsim.cli.app import main
 
-    monkeypatch.setattr(live_runner, "ClockWatch", Disturbed)
+    monkeypatch.setattr(live_runner, "ClockWatch", DisturbedWatch)
     with pytest.warns(LiveDisturbed, match="stalled for up to 1500 ms") as caught:
         live_runner.run_live(standard("fast-dead", duration=5), LeasePolicy(30, 10, 10), time_scale=0.02)
     assert "timing margin of 100 ms" in str(caught[0].message)
@@ -146,7 +146,7 @@ def test_steady_live_runs_a_disturbed_run_again_and_fails_when_every_one_was(
         calls.append(1)
         if len(calls) <= 2:
             with monkeypatch.context() as m:
-                m.setattr(live_runner, "ClockWatch", Disturbed)
+                m.setattr(live_runner, "ClockWatch", DisturbedWatch)
                 return real(*args, **kwargs)
         return real(*args, **kwargs)
 
@@ -159,7 +159,22 @@ def test_steady_live_runs_a_disturbed_run_again_and_fails_when_every_one_was(
         before_each=lambda: cleared.append(1),
     )
     assert run.ended_by == "done" and len(calls) == len(cleared) == 3
-    monkeypatch.setattr(live_runner, "ClockWatch", Disturbed)
+    monkeypatch.setattr(live_runner, "ClockWatch", DisturbedWatch)
     monkeypatch.setattr(live, "run_live", real)
-    with pytest.raises(pytest.fail.Exception, match="all 3 live runs were disturbed"):
+    with pytest.raises(
+        pytest.fail.Exception,
+        match="all 3 attempts were disturbed; the last: live run not judged: the machine stalled",
+    ):
         steady_live(standard("fast-dead", duration=5), LeasePolicy(30, 10, 10), time_scale=0.02)
+
+
+def test_until_steady_returns_the_first_steady_attempt_and_says_each_disturbed_one():
+    said = []
+    outcomes = {0: "paused 11 s", 1: "stalled 200 ms", 2: None}
+    assert until_steady(lambda k: k, outcomes.get, notice=said.append) == 2
+    assert said == ["paused 11 s", "stalled 200 ms"]
+    with pytest.raises(Disturbed, match="all 2 attempts were disturbed; the last: late 1"):
+        until_steady(lambda k: k, lambda k: f"late {k}", attempts=2, notice=said.append)
+    for bad in (0, -1, 1.5, None):
+        with pytest.raises(ValueError, match="attempts must be a whole number >= 1"):
+            until_steady(lambda k: k, lambda k: None, attempts=bad)

@@ -63,7 +63,7 @@ from emqsim.analytic import freeze_lapse_probability, lease_detection, renewal_p
 from emqsim.distributions import Fixed, Uniform
 from emqsim.engine import simulate
 from emqsim.faults import Block, Crash, Freeze, Network
-from emqsim.live.clockwatch import ClockWatch, Steadiness
+from emqsim.live.clockwatch import ClockWatch, Steadiness, until_steady
 from emqsim.live.server import PrivateRedis, redis_server_path
 from emqsim.policies import LeasePolicy, ReclaimPolicy, RenewalRule
 from emqsim.presets import preset
@@ -688,22 +688,28 @@ def run_steady_rounds(
 ) -> list[RoundResult]:
     """`run_rounds`, run again (under fresh queue names, at most `attempts` times in all) while the machine
     stalled or stepped its wall clock by `margin` s during them: such rounds time the machine, not BullMQ.
-    Each discarded attempt is said on stderr; RuntimeError when every attempt was disturbed."""
-    last = ""
-    for attempt in range(attempts):
-        specs = [r if attempt == 0 else replace(r, name=f"{r.name}-retry{attempt}") for r in rounds]
-        results = run_rounds(socket_path, workdir, specs, seed)
-        disturbed = [
+    Each discarded attempt is said on stderr; `emqsim.live.Disturbed` when every attempt was disturbed."""
+
+    def attempt(k: int) -> tuple[list[RoundSpec], list[RoundResult]]:
+        specs = [r if k == 0 else replace(r, name=f"{r.name}-retry{k}") for r in rounds]
+        return specs, run_rounds(socket_path, workdir, specs, seed)
+
+    def disturbance(done: tuple[list[RoundSpec], list[RoundResult]]) -> str | None:
+        specs, results = done
+        seen = [
             f"round {spec.name}: {r.steadiness.describe()}"
             for spec, r in zip(specs, results, strict=True)
             if r.steadiness is not None and r.steadiness.disturbed(margin)
         ]
-        if not disturbed:
-            return results
-        last = "; ".join(disturbed)
         names = ", ".join(r.name for r in specs)
-        print(f"rounds {names} not judged ({margin * 1000:.0f} ms margin): {last}", file=sys.stderr)
-    raise RuntimeError(f"all {attempts} attempts were disturbed; the last: {last}")
+        return (
+            f"rounds {names} not judged ({margin * 1000:.0f} ms margin): {'; '.join(seen)}" if seen else None
+        )
+
+    _, results = until_steady(
+        attempt, disturbance, attempts=attempts, notice=lambda text: print(text, file=sys.stderr)
+    )
+    return results
 
 
 def steadiness_summary(results: Sequence[RoundResult]) -> dict[str, float] | None:

@@ -9,7 +9,7 @@
 """
 
 from emqsim.live.cli import add_live_arguments, format_run, main_live
-from emqsim.live.clockwatch import ClockWatch, Steadiness
+from emqsim.live.clockwatch import ClockWatch, Disturbed, Steadiness, until_steady
 from emqsim.live.runner import DEFAULT_TIME_SCALE, LiveRun, LiveSettings, LiveWarning, run_live
 from emqsim.live.scripts import SCRIPT_NAMES, LuaQueue
 from emqsim.live.server import PrivateRedis, redis_server_path
@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_TIME_SCALE",
     "SCRIPT_NAMES",
     "ClockWatch",
+    "Disturbed",
     "LiveDisturbed",
     "LiveRun",
     "LiveSettings",
@@ -31,4 +32,5 @@ __all__ = [
     "main_live",
     "redis_server_path",
     "run_live",
+    "until_steady",
 ]

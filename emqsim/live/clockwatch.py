@@ -11,6 +11,9 @@ By default the thread runs in a small process of its own (this file, run as a sc
 so that what it measures is the machine's scheduling, not how busy the watching program's own threads keep
 its interpreter lock: a harness reading 64 node processes' output kept an in-process watch waiting for up to
 0.9 s while the machine itself was steady.
+
+`until_steady` is the one rule for what to do with a disturbed run: not judge it, say so, and run it again,
+a bounded number of times.
 """
 
 from __future__ import annotations
@@ -21,8 +24,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from types import TracebackType
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,33 @@ class Steadiness:
             f"the machine stalled for up to {self.stall * 1000:.0f} ms and its wall clock stepped by up to "
             f"{self.clock_step * 1000:.0f} ms during the {self.watched:.1f} s watched"
         )
+
+
+class Disturbed(RuntimeError):
+    """Every attempt `until_steady` made was disturbed."""
+
+
+def until_steady(
+    attempt: Callable[[int], T],
+    disturbance: Callable[[T], str | None],
+    *,
+    attempts: int = 3,
+    notice: Callable[[str], None] = print,
+) -> T:
+    """`attempt(k)` for k = 0, 1, ... until one is steady: the first result whose `disturbance` is None is
+    returned; a disturbed one (its disturbance says how) goes to `notice` and is not judged. Disturbed when
+    all `attempts` were."""
+    if not (isinstance(attempts, int) and attempts >= 1):
+        raise ValueError(f"attempts must be a whole number >= 1, got {attempts!r}")
+    last = ""
+    for k in range(attempts):
+        result = attempt(k)
+        seen = disturbance(result)
+        if seen is None:
+            return result
+        notice(seen)
+        last = seen
+    raise Disturbed(f"all {attempts} attempts were disturbed; the last: {last}")
 
 
 class ClockWatch:
