@@ -252,3 +252,93 @@ def test_cli_json(need_redis):
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
     data = json.loads(out)
     assert data["run"]["scenario"] == "fast-dead" and len(data["summary"]["detection_latencies"]) == 1
+
+
+def _bare_worker():
+    """A LiveWorker without a Redis or a parent: just its request path and its tick bookkeeping."""
+    import threading
+
+    from emqsim.live.worker import LiveWorker
+
+    w = LiveWorker.__new__(LiveWorker)
+    w.stopping = threading.Event()
+    w.outages = []
+    w.loss = 0.0
+    w.offline = threading.Condition()
+    w.tickets = w.served = 0
+    w.tick = threading.Condition()
+    w.tick_pending = False
+    return w
+
+
+def test_a_finish_never_reaches_redis_between_a_ticks_decision_and_its_renewal():
+    """Node decides which leases are due and sends them in one callback; here the lock manager is a thread that
+    can be descheduled between the two (one CI run saw a finish land 2 ms into that gap, and the renewal
+    fail). A finish waits while a decided tick is not yet issued, and goes at once when none is pending."""
+    import threading
+    import time
+
+    order = []
+    w = _bare_worker()
+    slow = w.call
+
+    def call(fn, t):
+        if fn is renew:
+            time.sleep(0.3)  # the lock manager's thread, descheduled after deciding
+        return slow(fn, t)
+
+    def renew(t):
+        order.append("renew")
+
+    w.call = call
+
+    def tick():
+        with w.tick:
+            w.tick_pending = True
+        try:
+            w.request("renew", renew, retry=False, issued=w.tick_issued)
+        finally:
+            w.tick_issued()
+
+    lock_manager = threading.Thread(target=tick)
+    lock_manager.start()
+    time.sleep(0.05)  # the tick has decided; its renewal is not yet sent
+    w.after_tick()
+    w.request("finish", lambda t: order.append("finish"))
+    lock_manager.join()
+    assert order == ["renew", "finish"]
+    started = time.monotonic()
+    w.after_tick()  # no tick pending: no wait
+    assert time.monotonic() - started < 0.3
+
+
+def test_a_lost_or_queued_renewal_releases_the_finish_at_once():
+    """A renewal lost on the (emulated) network, or queued offline, is issued as far as ordering goes: the
+    finish is released before the lost request's timeout ends or the reconnect comes, not after."""
+    import time
+
+    from emqsim.live.worker import LOST
+
+    w = _bare_worker()
+    order = []
+    w.lost = lambda kind: kind == "renew"
+    w.command_timeout = 0.05
+    w.count = lambda kind: None
+    _, reply = w.request(
+        "renew", lambda t: order.append("sent"), retry=False, issued=lambda: order.append("issued")
+    )
+    assert reply is LOST and order == ["issued"]
+
+    w = _bare_worker()
+    order = []
+    now = time.time()
+    w.outages = [(now - 1, now + 0.2, False)]  # disconnected now, back in 0.2 s
+
+    def sleep_until(when, real=w.sleep_until):
+        order.append("waits for the reconnect")
+        real(when)
+
+    w.sleep_until = sleep_until
+    w.call = lambda fn, t: fn(t)
+    w.request("renew", lambda t: order.append("sent"), retry=False, issued=lambda: order.append("issued"))
+    assert order == ["issued", "waits for the reconnect", "sent"]

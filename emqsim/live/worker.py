@@ -112,6 +112,11 @@ class LiveWorker:
         self.offline = threading.Condition()  # the offline queue: requests sent in ticket order
         self.tickets = 0
         self.served = 0
+        # A lock-manager tick decides which leases are due and sends them in one step, as a callback on Node's
+        # loop does: a finish waits while a decided tick is not yet issued (sent and answered, queued offline,
+        # or lost), so it can never reach Redis between the tick's decision and its renewal.
+        self.tick = threading.Condition()
+        self.tick_pending = False
 
     def connect(self, name: str | None = None) -> redis.Redis:
         """A client of the run's Redis (named `name`, if given); `call` decides what is tried again."""
@@ -150,23 +155,31 @@ class LiveWorker:
         with self.rng_lock:
             return self.rng.random() < self.loss
 
-    def request(self, kind: str, fn: Any, retry: bool = True, offline: bool = True) -> tuple[float, Any]:
+    def request(
+        self, kind: str, fn: Any, retry: bool = True, offline: bool = True, issued: Any = None
+    ) -> tuple[float, Any]:
         """One round trip: `fn(t)` sent at real time `t` -> (t, reply). An emulated lost request costs
         `command_timeout` and is retried unless `retry` is False (renewals), in which case LOST comes back.
         A request sent while the connection is down waits in the offline queue (`offline=False`: a poll of
-        a take that is parked at Redis, which an outage does not hold back)."""
+        a take that is parked at Redis, which an outage does not hold back). `issued()`, if given, is called
+        once the request is on its way for good: lost, queued offline, or answered."""
         while True:
             if self.lost(kind):
                 if kind != "poll":
                     self.count(kind)
+                if issued is not None:
+                    issued()
                 time.sleep(self.command_timeout)
                 if not retry:
                     return time.time(), LOST
                 continue
             if offline or self.redis_down_at(time.time()):
-                return self.send(fn)
+                return self.send(fn, issued)
             t = time.time()
-            return t, self.call(fn, t)
+            reply = self.call(fn, t)
+            if issued is not None:
+                issued()
+            return t, reply
 
     def reconnect_at(self, t: float) -> float | None:
         """The reconnect ending the outage `t` falls in (None: the connection is up at `t`)."""
@@ -197,16 +210,21 @@ class LiveWorker:
                     raise
                 time.sleep(0.005)
 
-    def send(self, fn: Any) -> tuple[float, Any]:
+    def send(self, fn: Any, issued: Any = None) -> tuple[float, Any]:
         """Send `fn(t)` now, or, while disconnected, queue it until the reconnect and send it then, after the
-        requests queued before it (ioredis's offline queue)."""
+        requests queued before it (ioredis's offline queue). `issued`: as in `request`."""
         t = time.time()
         back = self.reconnect_at(t)
         if back is None:
-            return t, self.call(fn, t)
+            reply = self.call(fn, t)
+            if issued is not None:
+                issued()
+            return t, reply
         with self.offline:
             ticket = self.tickets
             self.tickets += 1
+        if issued is not None:
+            issued()
         self.sleep_until(back)
         with self.offline:
             while self.served != ticket and not self.stopping.is_set():
@@ -278,6 +296,7 @@ class LiveWorker:
         self.emit("finishing", job=job, token=token, t=t)
         self.count("finish")
         fenced, remove = self.cfg["fenced"], self.cfg.get("remove_on_complete", False)
+        self.after_tick()
         sent, (code, active) = self.request(
             "finish", lambda _: self.scripts.finish(job, token, fenced, remove)
         )
@@ -297,6 +316,8 @@ class LiveWorker:
         self.sleep_until(next_tick)
         while not self.stopping.is_set():
             self.wait_loop()
+            with self.tick:
+                self.tick_pending = True
             now = time.time()
             now_ms = int(now * 1000)
             with self.tracked_lock:
@@ -306,14 +327,20 @@ class LiveWorker:
                     if age > rule["min_age_ms"] or (not rule["strict"] and age == rule["min_age_ms"]):
                         h.ts = now_ms
                         due.append((h.job, token))
-            if due:
+            if not due:
+                self.tick_issued()
+            else:
                 self.count("renew")
                 recreate = rule["recreate_missing"]
-                sent, failed = self.request(
-                    "renew",
-                    lambda _, d=due, r=recreate: self.scripts.extend_locks(d, lease_ms, r),
-                    retry=False,
-                )
+                try:
+                    sent, failed = self.request(
+                        "renew",
+                        lambda _, d=due, r=recreate: self.scripts.extend_locks(d, lease_ms, r),
+                        retry=False,
+                        issued=self.tick_issued,
+                    )
+                finally:
+                    self.tick_issued()
                 lost = failed is LOST
                 self.emit("renew", t=sent, held=due, failed=None if lost else failed)
                 if not lost and failed:
@@ -372,6 +399,17 @@ class LiveWorker:
                 marked=len(marked),
             )
             self.stopping.wait(interval)
+
+    def tick_issued(self) -> None:
+        with self.tick:
+            self.tick_pending = False
+            self.tick.notify_all()
+
+    def after_tick(self) -> None:
+        """Wait while a lock-manager tick has decided but not yet issued its renewal (see `tick`)."""
+        with self.tick:
+            while self.tick_pending and not self.stopping.is_set():
+                self.tick.wait(0.05)
 
     def wait_loop(self) -> None:
         """Wait until the event loop is free (a step's callback cannot run while a block holds it)."""
