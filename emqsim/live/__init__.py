@@ -9,7 +9,7 @@
 """
 
 from emqsim.live.cli import add_live_arguments, format_run, main_live
-from emqsim.live.clockwatch import ClockWatch, Disturbed, Steadiness, until_steady
+from emqsim.live.clockwatch import ClockWatch, Disturbed, NotJudged, Steadiness, until_steady
 from emqsim.live.runner import DEFAULT_TIME_SCALE, LiveRun, LiveSettings, LiveWarning, run_live
 from emqsim.live.scripts import SCRIPT_NAMES, LuaQueue
 from emqsim.live.server import PrivateRedis, redis_server_path
@@ -25,6 +25,7 @@ __all__ = [
     "LiveSettings",
     "LiveWarning",
     "LuaQueue",
+    "NotJudged",
     "PrivateRedis",
     "Steadiness",
     "add_live_arguments",

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from types import TracebackType
@@ -56,12 +57,22 @@ class Disturbed(RuntimeError):
     """Every attempt `until_steady` made was disturbed."""
 
 
+class NotJudged(UserWarning):
+    """A run the machine disturbed, not judged and run again: a warning, so that a test log (pytest's warnings
+    summary) says how often it happened."""
+
+
+def not_judged(text: str) -> None:
+    """`until_steady`'s default notice: a NotJudged warning."""
+    warnings.warn(text, NotJudged, stacklevel=3)
+
+
 def until_steady(
     attempt: Callable[[int], T],
     disturbance: Callable[[T], str | None],
     *,
     attempts: int = 3,
-    notice: Callable[[str], None] = print,
+    notice: Callable[[str], None] = not_judged,
 ) -> T:
     """`attempt(k)` for k = 0, 1, ... until one is steady: the first result whose `disturbance` is None is
     returned; a disturbed one (its disturbance says how) goes to `notice` and is not judged. Disturbed when
