@@ -25,9 +25,8 @@ def need_redis() -> None:
 
 
 STEADY_ATTEMPTS = 3
-STEADY_MARGIN_S = (
-    0.15  # the live tests' timing margin: 150 ms real (MARGIN in test_live and test_live_outages)
-)
+# The live tests' timing margin: 150 ms real (MARGIN in test_live and test_live_outages).
+STEADY_MARGIN_S = 0.15
 
 
 @pytest.fixture
