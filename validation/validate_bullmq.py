@@ -83,8 +83,7 @@ CRASH_AFTER = (1.2, 3.2)  # s into the job: after its first renewal (which comes
 FREEZE_AFTER = (1.2, 2.2)
 FREEZE_LENGTHS = (1.2, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 2.0, 2.2, 2.5)
 # s: a 1.4 s freeze's distance to L - B = 1.5 s. A shorter stall or wall-clock step cannot by itself lapse such
-# a freeze's lock (it has at least that long left at the resume); contention on a busy 2-core box, the test
-# suite beside the rounds, stalls the watch by up to about 120 ms, so rounds past this are run again.
+# a freeze's lock (it has at least that long left at the resume); rounds that saw a longer one are run again.
 STEADY_MARGIN = 0.1
 STEADY_ATTEMPTS = 3  # rounds the machine disturbed are run again, at most this many times in all
 
@@ -188,7 +187,7 @@ def _lowest_priority_dying_with_parent() -> None:
     before its block must reach Redis then, not when a core frees). The victim has its own session, and with
     Linux's autogroup scheduling (on by default) a session's processes share one CPU share against every other
     session whatever their nice value: the session's own nice is set too. Without it, 20 spinning victims
-    took 20 shares and kept the round's clock watch from a core for up to 99 ms."""
+    took 20 shares and, beside a CPU hog, kept the round's clock watch from a core for up to 122 ms."""
     os.nice(19)
     # (no autogroup file: the scheduler has no autogroups to weigh)
     with contextlib.suppress(OSError), open("/proc/self/autogroup", "w") as autogroup:
