@@ -1,6 +1,7 @@
-"""Shared test settings."""
+"""Shared test settings, and the split into the quick suite and the slow one."""
 
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -58,3 +59,52 @@ def steady_live():
         return result
 
     return run
+
+
+# -- the quick suite and the slow one --------------------------------------------------------------------------
+SLOW_ENV = "EMQSIM_SLOW"
+# Whole files that belong to the slow suite: they start real servers, kernels, browsers, node processes or fresh
+# virtual environments, or judge against wall-clock margins. Single slow tests elsewhere carry
+# `@pytest.mark.slow`. The README's test command runs the quick suite; `EMQSIM_SLOW=1` (which `.ci/run` sets)
+# runs everything.
+SLOW_FILES = frozenset(
+    {
+        "test_assignments.py",
+        "test_bullmq_real.py",
+        "test_clockwatch.py",
+        "test_grading_gaming.py",
+        "test_install_paths.py",
+        "test_interrupts.py",
+        "test_live.py",
+        "test_live_failures.py",
+        "test_live_outages.py",
+        "test_notebooks.py",
+        "test_timeline_html.py",
+    }
+)
+
+
+def runs_slow_tests() -> bool:
+    """Whether this session runs the slow suite too (EMQSIM_SLOW=1)."""
+    return os.environ.get(SLOW_ENV) == "1"
+
+
+def is_slow(item: pytest.Item) -> bool:
+    return item.get_closest_marker("slow") is not None or Path(str(item.fspath)).name in SLOW_FILES
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without EMQSIM_SLOW=1, deselect the slow suite (pytest's closing line counts it as deselected)."""
+    if runs_slow_tests():
+        return
+    slow = [item for item in items if is_slow(item)]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if not is_slow(item)]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if not runs_slow_tests():
+        terminalreporter.write_line(
+            "the quick suite: slow tests were deselected; EMQSIM_SLOW=1 python -m pytest -q runs them too (CI does)"
+        )
