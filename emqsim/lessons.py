@@ -14,7 +14,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 __all__ = [
     "Check",
@@ -26,6 +29,7 @@ __all__ = [
     "number",
     "plural",
     "report",
+    "spread_labels",
     "times",
 ]
 
@@ -68,7 +72,7 @@ def _unanswered(question: str, variable: str, result: str, why: str) -> Check:
         question,
         "(not set)",
         result,
-        f"you left `{variable}` unset: set it in its cell, before the reveal, and run the notebook again",
+        f"not set: set `{variable}` in its cell and run again",
         why,
         answered=False,
         right=False,
@@ -142,7 +146,9 @@ def choice(
     return Check(question, options[picked], shown, verdict, why, True, right)
 
 
-def chance(question: str, variable: str, guess: Any, probability: float, *, why: str, digits: int = 0) -> Check:
+def chance(
+    question: str, variable: str, guess: Any, probability: float, *, why: str, digits: int = 0
+) -> Check:
     """A guess of *whether* something happens (True: always, False: never, "sometimes", or a probability
     between 0 and 1) against its measured or exact `probability`."""
     percent = f"{100 * probability:.{digits}f}%"
@@ -185,7 +191,9 @@ def names(question: str, variable: str, guess: Any, actual: Iterable[str], *, wh
         return _unanswered(question, variable, shown, why)
     picked = ([guess] if guess.strip() else []) if isinstance(guess, str) else guess
     if not isinstance(picked, list | tuple | set) or not all(isinstance(x, str) for x in picked):
-        return Check(question, repr(guess), shown, f"`{variable}` should be a list of names", why, True, False)
+        return Check(
+            question, repr(guess), shown, f"`{variable}` should be a list of names", why, True, False
+        )
     given = list(dict.fromkeys(x.strip() for x in picked if x.strip()))
     extra = [x for x in given if x not in want]
     missed = [x for x in want if x not in given]
@@ -210,8 +218,15 @@ def count(question: str, variable: str, guess: Any, actual: int, *, why: str, wo
     n = int(value)
     if n == actual:
         return Check(question, str(n), shown, "right", why, True, True)
-    return Check(question, str(n), shown, f"{plural(abs(n - actual), word)} too {'many' if n > actual else 'few'}",
-                 why, True, False)
+    return Check(
+        question,
+        str(n),
+        shown,
+        f"{plural(abs(n - actual), word)} too {'many' if n > actual else 'few'}",
+        why,
+        True,
+        False,
+    )
 
 
 def _cell(text: str) -> str:
@@ -221,7 +236,32 @@ def _cell(text: str) -> str:
 def report(*checks: Check) -> str:
     """The answers as Markdown: a table of guess beside result and verdict, then each result's reason."""
     lines = ["| prediction | your guess | result | verdict |", "|---|---|---|---|"]
-    lines += [f"| {_cell(c.question)} | {_cell(c.guess)} | {_cell(c.result)} | {_cell(c.verdict)} |" for c in checks]
+    lines += [
+        f"| {_cell(c.question)} | {_cell(c.guess)} | {_cell(c.result)} | {_cell(c.verdict)} |" for c in checks
+    ]
     lines.append("")
     lines += [f"* **{c.question}**: {c.why}" for c in checks]
     return "\n".join(lines)
+
+
+def spread_labels(ax: Axes, step: float = 9.0, tries: int = 30) -> int:
+    """Move the point labels (annotations) of `ax` up, `step` points at a time, until none overlaps another
+    label drawn before it; returns how many moved. Points that sit together (several systems at the same
+    latency) then get a readable stack of names instead of one smudge."""
+    from matplotlib.text import Annotation
+
+    renderer = ax.figure.canvas.get_renderer()  # type: ignore[attr-defined]
+    notes = [t for t in ax.texts if isinstance(t, Annotation) and t.get_text()]
+    notes.sort(key=lambda t: (t.get_window_extent(renderer).y0, t.get_window_extent(renderer).x0))
+    placed: list[Any] = []
+    moved = 0
+    for note in notes:
+        for attempt in range(tries):
+            box = note.get_window_extent(renderer)
+            if not any(box.overlaps(other) for other in placed):
+                break
+            x, y = note.xyann
+            note.xyann = (x, y + step)
+            moved += attempt == 0
+        placed.append(note.get_window_extent(renderer))
+    return moved

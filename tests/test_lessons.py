@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from emqsim import lessons
-from emqsim.lessons import chance, choice, count, join, names, number, plural, report, times
+from emqsim.lessons import chance, choice, count, join, names, number, plural, report, spread_labels, times
 
 ROOT = Path(__file__).resolve().parents[1]
 WHY = "the lock lives one lease after its last renewal."
@@ -28,7 +28,11 @@ def test_join_plural_times():
 
 def test_number():
     unset = number("seconds saved", "seconds_saved", None, 2.5, why=WHY)
-    assert not unset.answered and "`seconds_saved` unset" in unset.verdict and unset.guess == "(not set)"
+    assert (
+        not unset.answered
+        and "set `seconds_saved` in its cell" in unset.verdict
+        and unset.guess == "(not set)"
+    )
     assert number("q", "x", 2.5, 2.5, why=WHY).verdict == "right"
     assert number("q", "x", 2, 2.5, why=WHY, tolerance=0.5).verdict == "right (within 0.5 s)"
     assert number("q", "x", 10, 2.5, why=WHY).verdict == "7.5 s too high"
@@ -83,8 +87,13 @@ def test_names_and_count():
     assert names("q", "x", [], [], why=WHY).verdict == "right"
     assert names("q", "x", [], [], why=WHY).guess == "none"
     assert names("q", "x", "bullmq", right, why=WHY).verdict == "you left out echomq"
-    assert names("q", "x", ["sqs"], right, why=WHY).verdict == "sqs is not among them; you left out bullmq and echomq"
-    assert names("q", "x", ["sqs", "oban", *right], right, why=WHY).verdict == "sqs and oban are not among them"
+    assert (
+        names("q", "x", ["sqs"], right, why=WHY).verdict
+        == "sqs is not among them; you left out bullmq and echomq"
+    )
+    assert (
+        names("q", "x", ["sqs", "oban", *right], right, why=WHY).verdict == "sqs and oban are not among them"
+    )
     assert names("q", "x", [], right, why=WHY).verdict == "you left out bullmq and echomq"
     assert names("q", "x", 3, right, why=WHY).verdict == "`x` should be a list of names"
     assert not names("q", "x", None, right, why=WHY).answered
@@ -97,7 +106,9 @@ def test_names_and_count():
 def test_report_is_one_table_and_the_reasons():
     text = report(number("a | b", "x", 1, 2, why="because."), chance("c", "y", None, 0.5, why="so."))
     rows = [line for line in text.splitlines() if line.startswith("|")]
-    assert len(rows) == 4 and all(len(re.findall(r"(?<!\\)\|", row)) == 5 for row in rows)  # the | in a question is escaped
+    assert len(rows) == 4 and all(
+        len(re.findall(r"(?<!\\)\|", row)) == 5 for row in rows
+    )  # the | in a question is escaped
     assert "* **a | b**: because." in text and "* **c**: so." in text
 
 
@@ -116,6 +127,25 @@ def test_templates_never_produce_broken_english():
         ):
             for text in (check.verdict, check.guess, check.result):
                 assert text and "  " not in text and "None" not in text and not re.search(r"\s[,.;:]", text)
+
+
+def test_spread_labels_leaves_no_two_labels_overlapping():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    for name in ("celery-redis", "oban-lifeline", "echomq-code"):
+        ax.annotate(name, (3600, 0), xytext=(5, 6), textcoords="offset points")
+    ax.annotate("alone", (10, 1), xytext=(5, 6), textcoords="offset points")
+    ax.set_xlim(0, 4000)
+    ax.set_ylim(0, 2)
+    assert spread_labels(ax) == 2
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in ax.texts]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
+    plt.close(fig)
 
 
 def test_lessons_module_is_a_front_end():
@@ -160,18 +190,24 @@ def test_every_prediction_is_asked_before_it_is_answered(path):
         assert min(at["reveal"]) < min(at["answer"]), f"{path.name}: {name} is answered before its reveal"
         answer = "\n".join(nb.cells[i].source for i in at["answer"])
         variables = re.findall(r"^(\w+)\s*=", nb.cells[asked].source, re.M)
-        assert variables and all(v in answer for v in variables), f"{path.name}: {name}'s answer ignores a guess"
-    explorer = next(i for i, c in enumerate(nb.cells) if "explorer(" in c.source and "def explorer" in c.source)
+        assert variables and all(v in answer for v in variables), (
+            f"{path.name}: {name}'s answer ignores a guess"
+        )
+    explorer = next(
+        i for i, c in enumerate(nb.cells) if "explorer(" in c.source and "def explorer" in c.source
+    )
     first_answer = min(min(at["answer"]) for at in where.values())
     first_prediction = min(at["predict"][0] for at in where.values())
-    assert first_prediction < explorer and first_answer < explorer, f"{path.name}: the explorer comes too early"
+    assert first_prediction < explorer and first_answer < explorer, (
+        f"{path.name}: the explorer comes too early"
+    )
 
 
 def test_no_lesson_gives_away_an_assignment_answer():
     """Lesson 06 no longer explores assignment 06's own question (a fixed timeout, a freeze 5 s into the job,
     the shortest freeze that completes it twice) nor prints its model solution."""
     text = "\n".join(c.source for p in LESSONS for c in nbformat.read(p, as_version=4).cells)
-    assert 'offset=(5000, 5000)' not in text and "shortest_pause" not in text
+    assert "offset=(5000, 5000)" not in text and "shortest_pause" not in text
     assert "except none" not in text
     six = "\n".join(c.source for c in nbformat.read(LESSONS[5], as_version=4).cells)
-    assert "TimeoutPolicy(timeout=60" not in six and "no_duplicate_completion\"]" not in six
+    assert "TimeoutPolicy(timeout=60" not in six and 'no_duplicate_completion"]' not in six
