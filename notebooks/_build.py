@@ -1698,25 +1698,21 @@ overlay the two detection-latency distributions. The live part needs `redis-serv
 (`apt-get install redis-server`); without it the notebook shows the simulation only.
 """),
     code(SETUP),
-    *lesson(
-        question="""
+    *ask(
+        "live",
+        """
 The simulator says how long a crashed worker's job waits before it is back in the queue, with a 30 s lease
 renewed every 10 s (notebook 02 checked it against the closed form). Does a real Redis with real processes and
 `SIGKILL` agree, and how closely can we say so?
 """,
-        predict="""
+        """
 # Your prediction, before you run: the live mean detection latency minus the simulated one, in seconds
-live_minus_simulated = None
-""",
-        settings='explorer(column="fast-dead", rule="lease", lease=30, beat=10)',
-        look_for="""
-in the simulator the recovery comes one lease after the last heartbeat plus the wait for the next sweep; move
-the beat and the lease and see the range [L - B, L + S] move. The live run below checks that real processes
-land in the same place.
+live_minus_simulated = None  # e.g. 0.5 (live slower) or -0.5 (live faster)
 """,
     ),
     code("""
 import shutil
+import time
 
 from scipy import stats as st
 
@@ -1724,50 +1720,56 @@ from emqsim.analytic import lease_detection
 
 LEASE, BEAT, SCAN = 30.0, 10.0, 5.0
 MARGIN = 1.0  # seconds: live and simulated "agree" if their mean detection latencies differ by less than this
+WORKERS = 12  # each run: this many workers take one job each and are killed 1 to 20 s into it
+LIVE_RUNS = 10  # each takes several seconds of wall time (the live cell prints how long)
+SIM_RUNS = 100
 policy = LeasePolicy(LEASE, BEAT, SCAN)
 crashes = Scenario(
     name="crashes",
-    workers=6,
-    jobs=6,
+    workers=WORKERS,
+    jobs=WORKERS,
     duration=Fixed(60.0),
-    faults=tuple(Crash(job=j, after=Uniform(1.0, 20.0), restart_after=2.0) for j in range(6)),
+    faults=tuple(Crash(job=j, after=Uniform(1.0, 20.0), restart_after=2.0) for j in range(WORKERS)),
     horizon=400.0,
 )
 have_redis = shutil.which("redis-server") is not None
 print("redis-server found" if have_redis else "redis-server not found: simulation only (apt-get install redis-server)")
 """),
-    md("""
-Six workers each take a job and die 1 to 20 s into it; each is replaced 2 s later. The surviving and replacement
-workers run BullMQ's stalled sweep every 5 s. First the simulation, 60 replications:
-"""),
     code("""
 def latencies(runs):
     return np.array([a.detection_latency for r in runs for a in r.attempts if a.detection_latency is not None])
 
-simulated = latencies([simulate(crashes, policy, seed=SEED, replication=r) for r in range(60)])
+
+say(
+    f"{WORKERS} workers each take a {crashes.duration.mean():g} s job and die 1 to 20 s into it; each is "
+    "replaced 2 s later. The surviving and replacement workers run BullMQ's stalled sweep every "
+    f"{SCAN:g} s. First the simulation, {SIM_RUNS} replications:"
+)
+sim_runs = [simulate(crashes, policy, seed=SEED, replication=r) for r in range(SIM_RUNS)]
+simulated = latencies(sim_runs)
 theory = lease_detection(LEASE, BEAT, SCAN)
 print(f"simulated: {len(simulated)} detections, mean {simulated.mean():.1f} s, range [{simulated.min():.1f}, {simulated.max():.1f}] s")
 print(f"theory bounds for a live sweeper: [{theory.lo:.1f}, {theory.hi:.1f}] s")
 """),
-    md("""
-Now the same scenario on a real Redis with real processes, five replications (the cell prints how long they
-took). Same seed, same jobs, same crash moments:
-"""),
     code("""
+say(
+    f"Now the same scenario on a real Redis with real processes, {LIVE_RUNS} replications (the cell prints how "
+    "long they took). Same seed, same jobs, same crash moments:"
+)
 if have_redis:
     from emqsim.live import run_live
 
-    import time
-
     started = time.perf_counter()
-    live_runs = [run_live(crashes, policy, seed=SEED, replication=r) for r in range(5)]
+    live_runs = [run_live(crashes, policy, seed=SEED, replication=r) for r in range(LIVE_RUNS)]
     live = latencies(live_runs)
-    print(f"{len(live_runs)} live runs in {time.perf_counter() - started:.0f} s of wall time")
+    live_wall = time.perf_counter() - started
+    print(f"{len(live_runs)} live runs in {live_wall:.0f} s of wall time")
     print(f"live: {len(live)} detections, mean {live.mean():.1f} s, range [{live.min():.1f}, {live.max():.1f}] s")
 else:
-    live = np.array([])
+    live_runs, live = [], np.array([])
 """),
-    code("""
+    tag(
+        code("""
 fig, ax = plt.subplots(figsize=(8, 4))
 for sample, label, colour in ((simulated, "simulated", plots.OKABE_ITO["blue"]), (live, "live (real Redis, SIGKILL)", plots.OKABE_ITO["vermillion"])):
     if len(sample):
@@ -1787,16 +1789,25 @@ def per_run_means(runs):
     return np.array([latencies([r]).mean() for r in runs if len(latencies([r]))])
 
 
+def half_width(n, sd_live, var_sim, n_sim):
+    \"\"\"The 90% interval's half-width for `n` live runs of spread `sd_live` (Welch's t).\"\"\"
+    v1 = sd_live**2 / n
+    df = (v1 + var_sim) ** 2 / (v1**2 / (n - 1) + var_sim**2 / (n_sim - 1))
+    return st.t.ppf(0.95, df) * (v1 + var_sim) ** 0.5
+
+
+diff = None
 if len(live):
-    sim_means = per_run_means([simulate(crashes, policy, seed=SEED, replication=r) for r in range(60)])
-    live_means = per_run_means(live_runs)
+    sim_means, live_means = per_run_means(sim_runs), per_run_means(live_runs)
     diff = live_means.mean() - sim_means.mean()
-    v1, v2 = live_means.var(ddof=1) / len(live_means), sim_means.var(ddof=1) / len(sim_means)
-    se = (v1 + v2) ** 0.5
-    df = (v1 + v2) ** 2 / (v1**2 / (len(live_means) - 1) + v2**2 / (len(sim_means) - 1))
-    t90 = st.t.ppf(0.95, df)  # a 90% interval inside the margin = equivalence by two one-sided tests at 5%
-    low, high = diff - t90 * se, diff + t90 * se
+    var_sim = sim_means.var(ddof=1) / len(sim_means)
+    hw = half_width(len(live_means), live_means.std(ddof=1), var_sim, len(sim_means))
+    low, high = diff - hw, diff + hw  # a 90% interval inside the margin = equivalence by two one-sided tests at 5%
     agree = -MARGIN < low and high < MARGIN
+    needed = next(
+        (n for n in range(2, 1001) if abs(diff) + half_width(n, live_means.std(ddof=1), var_sim, len(sim_means)) < MARGIN),
+        None,
+    )
     say(
         f"Live minus simulated mean detection latency: **{diff:+.2f} s**, 90% confidence interval "
         f"[{low:+.2f}, {high:+.2f}] s ({len(live_means)} live runs, {len(sim_means)} simulated). "
@@ -1805,12 +1816,41 @@ if len(live):
             "(two one-sided tests, 5% each)."
             if agree
             else f"The interval is not inside ±{MARGIN:g} s, so these runs do **not** show agreement to within "
-            f"{MARGIN:g} s: more live replications would narrow it (or the difference is real)."
+            f"{MARGIN:g} s. "
+            + (
+                f"With the spread and the difference seen here, about {needed} live runs would (set `LIVE_RUNS`; "
+                f"each took {live_wall / len(live_runs):.0f} s here), unless the difference is real."
+                if needed
+                else f"The difference itself is too close to ±{MARGIN:g} s for more runs to show it: it may be real."
+            )
         )
     )
 else:
     say("No live runs (no redis-server): no comparison.")
 """),
+        "reveal:live",
+    ),
+    answer(
+        "live",
+        """
+if diff is None:
+    say("No live runs, so there is no result to put beside your guess.")
+else:
+    say(
+        lessons.report(
+            lessons.number(
+                "live minus simulated mean detection latency", "live_minus_simulated", live_minus_simulated, diff,
+                digits=2, tolerance=0.25, result=f"{diff:+.2f} s (90% CI {low:+.2f} to {high:+.2f} s)",
+                why=(
+                    "the live run follows the same protocol with the same timers, so it can only add what real "
+                    f"processes add: timer jitter and round trips of a few ms, times the time scale; the interval, "
+                    f"{high - low:.2f} s wide, is what {lessons.plural(len(live_means), 'live run')} can resolve."
+                ),
+            ),
+        )
+    )
+""",
+    ),
     md("""
 **Reading it.** Agreement is a claim that needs evidence of its own: a test that fails to find a difference
 says nothing when the samples are small. So the comparison above asks whether the difference of the means is
@@ -1824,6 +1864,14 @@ To point the live mode at your own Redis: `python -m emqsim live --redis redis:/
 (it refuses a database that holds keys outside its own prefix unless you pass `--allow-foreign-keys`). See
 `docs/live.md`.
 """),
+    *try_it(
+        'explorer(column="fast-dead", rule="lease", lease=30, beat=10)',
+        """
+in the simulator the recovery comes one lease after the last heartbeat plus the wait for the next sweep; move
+the beat and the lease and see the range [L - B, L + S] move. The live run above checked that real processes
+land in the same place.
+""",
+    ),
 ]
 
 

@@ -210,4 +210,4 @@ def test_no_lesson_gives_away_an_assignment_answer():
     assert "offset=(5000, 5000)" not in text and "shortest_pause" not in text
     assert "except none" not in text
     six = "\n".join(c.source for c in nbformat.read(LESSONS[5], as_version=4).cells)
-    assert "TimeoutPolicy(timeout=60" not in six and 'no_duplicate_completion"]' not in six
+    assert "TimeoutPolicy(timeout=60" not in six and 'property == "no_duplicate_completion"' not in six
