@@ -211,8 +211,8 @@ reproduced exactly.
         "four",
         """
 Under a **10-minute timeout** (a reaper looks every 5 s), and under a **30 s lease renewed every 10 s** (a sweep
-every 5 s): is the slow-but-alive worker's job taken away from it? And how long after the crash is the fast-but-
-dead worker's job back in the queue, for another worker to run?
+every 5 s): is the slow-but-alive worker's job taken away from it? And how long after the crash is the
+fast-but-dead worker's job back in the queue, for another worker to run?
 """,
         """
 # Your predictions, before you run (replace None):
