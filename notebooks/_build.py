@@ -156,8 +156,12 @@ def ask(name: str, question: str, predict: str) -> list:
 
 
 def answer(name: str, text: str):
-    """The cell that puts the guess beside the result (`emqsim.lessons`), after the runs that answer it."""
-    return tag(code("from emqsim import lessons\n\n" + text.strip("\n")), f"answer:{name}")
+    """The cell that puts the guess beside the result (`emqsim.lessons`), after the runs that answer it. Its
+    code is folded (JupyterLab shows its output and a "..." to unfold it): the student reads the answer, not
+    the templating."""
+    cell = tag(code("from emqsim import lessons\n\n" + text.strip("\n")), f"answer:{name}")
+    cell.metadata["jupyter"] = {"source_hidden": True}
+    return cell
 
 
 def try_it(settings: str, look_for: str) -> list:
