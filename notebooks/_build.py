@@ -1825,7 +1825,9 @@ if len(live):
                 f"With the spread and the difference seen here, about {needed} live runs would (set `LIVE_RUNS`; "
                 f"each took {live_wall / len(live_runs):.0f} s here), unless the difference is real."
                 if needed
-                else f"The difference itself is too close to ±{MARGIN:g} s for more runs to show it: it may be real."
+                else f"More live runs alone would not: the difference ({diff:+.2f} s) and the uncertainty of the "
+                f"{len(sim_means)} simulated runs already come close to ±{MARGIN:g} s. Run more simulated "
+                "replications too (`SIM_RUNS`), or the difference is real."
             )
         )
     )

@@ -54,6 +54,9 @@ SMALLER = [
     ("04-real-systems.ipynb", "REPLICATIONS = 2", "REPLICATIONS = 1"),
     ("05-live-vs-simulated.ipynb", "LIVE_RUNS = 10", "LIVE_RUNS = 2"),
     ("05-live-vs-simulated.ipynb", "SIM_RUNS = 100", "SIM_RUNS = 10"),
+    ("06-exact-worst-cases-and-tuning.ipynb", "[1, 2, 3, 1000, 5000, 9000, 10_000]", "[1, 10_000]"),
+    ("06-exact-worst-cases-and-tuning.ipynb", "max_replications=6", "max_replications=3"),
+    ("06-exact-worst-cases-and-tuning.ipynb", "verify=10)", "verify=2)"),
 ]
 
 
