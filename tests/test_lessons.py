@@ -161,6 +161,7 @@ def tags(cell) -> list[str]:
     return list(cell.get("metadata", {}).get("tags", []))
 
 
+@pytest.mark.slow  # builds all six lessons: about 5 to 10 s
 def test_lessons_are_rebuilt_from_their_source(tmp_path):
     """notebooks/_build.py (and _build_06.py) generate the lessons: rebuilding changes no byte."""
     subprocess.run([sys.executable, str(ROOT / "notebooks" / "_build.py"), str(tmp_path)], check=True)
