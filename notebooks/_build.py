@@ -135,15 +135,38 @@ def explorer(column="fast-dead", rule="lease", lease=30, beat=10, timeout=600, f
 """
 
 
-def lesson(question: str, predict: str, settings: str, look_for: str) -> list:
-    """The opening of a lesson: the question, a cell for the prediction, the controls, what to look for."""
+def tag(cell, *tags: str):
+    """`cell` with metadata tags: `predict:NAME` (the student's guess), `reveal:NAME` (a cell whose text or
+    output gives the answer away) and `answer:NAME` (the guess beside the result). tests/test_lessons.py checks
+    that each prediction comes before its reveals, and its answer after them."""
+    cell.metadata["tags"] = list(tags)
+    return cell
+
+
+def ask(name: str, question: str, predict: str) -> list:
+    """The question and the cell where the student records a guess, before anything on the page answers it."""
     return [
         md("## The question\n\n" + question.strip("\n")),
         md(
-            "**Predict before you run.** Write your answer in the cell below *before* you touch the controls "
-            "or read on; you will check it against the runs."
+            "**Predict before you run.** Write your answer in the cell below *before* you read on or run the "
+            "rest; the notebook puts your guess beside the result once the runs have answered it."
         ),
-        code(predict),
+        tag(code(predict), f"predict:{name}"),
+    ]
+
+
+def answer(name: str, text: str):
+    """The cell that puts the guess beside the result (`emqsim.lessons`), after the runs that answer it. Its
+    code is folded (JupyterLab shows its output and a "..." to unfold it): the student reads the answer, not
+    the templating."""
+    cell = tag(code("from emqsim import lessons\n\n" + text.strip("\n")), f"answer:{name}")
+    cell.metadata["jupyter"] = {"source_hidden": True}
+    return cell
+
+
+def try_it(settings: str, look_for: str) -> list:
+    """The controls, after the first answer (a control's default state may show an answer), and what to do."""
+    return [
         md(
             "## Try it\n\nEvery control re-runs one small simulation (two workers, one job) and redraws its "
             "timeline; the line above the figure says what happened and how long the redraw took. *(Without "
@@ -152,6 +175,11 @@ def lesson(question: str, predict: str, settings: str, look_for: str) -> list:
         code(EXPLORE + "\n\n" + settings.strip("\n")),
         md("**What to look for.** " + look_for.strip("\n")),
     ]
+
+
+def lesson(question: str, predict: str, settings: str, look_for: str, name: str = "question") -> list:
+    """The question, the prediction and the controls in one block (a lesson whose controls answer nothing)."""
+    return [*ask(name, question, predict), *try_it(settings, look_for)]
 
 
 # -------------------------------------------------------------------------------------------------------------
@@ -171,18 +199,33 @@ There are two common ways to decide:
   say after 30 seconds (in Redis: a key set with `PX 30000`). As long as the worker is alive it renews the lock,
   say every 10 seconds (the *heartbeat*). A *sweep* takes back jobs whose lock has disappeared.
 
-This notebook runs both rules on two workers that a timeout cannot tell apart:
+This notebook runs both rules on two workers:
 
-| worker | what really happens | what a 10-minute timeout concludes |
-|---|---|---|
-| **slow but alive** | a healthy worker runs a 15-minute job | "older than 10 minutes: dead" (wrong) |
-| **fast but dead** | a worker is killed 1 second into a 1-minute job | "only 1 s old: alive", for the next 599 s (wrong) |
+| worker | what really happens |
+|---|---|
+| **slow but alive** | a healthy worker runs a 15-minute job |
+| **fast but dead** | a worker is killed 1 second into a 1-minute job |
 
 Everything runs in **emqsim**, a deterministic simulator of a Redis job queue that follows the protocol of
 BullMQ and of its Elixir port EchoMQ. The same seed always gives the same run, so every number below can be
 reproduced exactly.
 """),
     code(SETUP),
+    *ask(
+        "four",
+        """
+Under a **10-minute timeout** (a reaper looks every 5 s), and under a **30 s lease renewed every 10 s** (a sweep
+every 5 s): is the slow-but-alive worker's job taken away from it? And how long after the crash is the
+fast-but-dead worker's job back in the queue, for another worker to run?
+""",
+        """
+# Your predictions, before you run (replace None):
+slow_alive_taken_by_timeout = None  # True: the queue takes the live worker's job; False: leaves it alone
+slow_alive_taken_by_lease = None
+fast_dead_wait_timeout = None  # seconds from the crash until the job is back in the queue, e.g. 42
+fast_dead_wait_lease = None
+""",
+    ),
     md("""
 ## The four runs
 
@@ -196,7 +239,8 @@ We run each scenario under both rules:
 * `LeasePolicy(lease=30, beat=10, scan=5)`: a 30 s lock renewed every 10 s; every 5 s a sweep takes back the
   jobs whose lock is gone.
 """),
-    code("""
+    tag(
+        code("""
 rules = {
     "timeout": TimeoutPolicy(timeout=600, scan=5),
     "lease": LeasePolicy(lease=30, beat=10, scan=5),
@@ -214,19 +258,74 @@ for (kind, rule), run in runs.items():
         {
             "worker": kind,
             "rule": rule,
-            "what happened": plots.verdict(run).text,
             "runs of the job": s.attempts,
             "false reclaims": s.false_reclaims,
-            "completions accepted": s.completed_jobs + s.duplicate_completions,
+            "finishes accepted": s.completed_jobs + s.duplicate_completions,
             "Redis requests": s.requests,
+            "what happened": plots.verdict(run).text,
         }
     )
-pd.DataFrame(table)
+display(pd.DataFrame(table).style.hide(axis="index").set_properties(subset=["what happened"], **{"white-space": "normal"}))
 """),
+        "reveal:four",
+    ),
+    answer(
+        "four",
+        """
+slow = {rule: runs[("slow-alive", rule)] for rule in rules}
+dead = {rule: runs[("fast-dead", rule)] for rule in rules}
+taken = {rule: any(a.false_reclaim for a in run.attempts) for rule, run in slow.items()}
+wait = {rule: summarize(run).detection_latencies[0] for rule, run in dead.items()}
+first_taken = next((a.reclaimed_at for a in slow["timeout"].attempts if a.false_reclaim), None)
+renewals = sum(e.kind == "renewed" for e in slow["lease"].lock_events)
+died = dead["timeout"].attempts[0].died_at - dead["timeout"].attempts[0].taken_at
+lease_first = dead["lease"].attempts[0]
+lease_expired = next(e.time for e in dead["lease"].lock_events if e.token == lease_first.token and e.kind == "expired")
+yes_no = {True: "taken back", False: "left alone"}
+say(
+    lessons.report(
+        lessons.choice(
+            "slow but alive, 10-minute timeout", "slow_alive_taken_by_timeout", slow_alive_taken_by_timeout,
+            taken["timeout"], options=yes_no,
+            why=(
+                f"the reaper takes any job older than 600 s and cannot see that the worker is alive, so it took the "
+                f"{slow['timeout'].attempts[0].work / 60:.0f}-minute job at {first_taken:.0f} s."
+                if taken["timeout"]
+                else "no run of the job grew older than the timeout before it finished."
+            ),
+        ),
+        lessons.choice(
+            "slow but alive, 30 s lease", "slow_alive_taken_by_lease", slow_alive_taken_by_lease, taken["lease"],
+            options=yes_no,
+            why=(
+                f"the live worker renewed its lock every 10 s ({lessons.plural(renewals, 'renewal')} in all), so the "
+                "lock never expired, however long the job ran."
+                if not taken["lease"]
+                else "a renewal came too late and the lock expired under the live worker."
+            ),
+        ),
+        lessons.number(
+            "fast but dead, 10-minute timeout: crash to job back", "fast_dead_wait_timeout",
+            fast_dead_wait_timeout, wait["timeout"], tolerance=5.0,
+            why=(
+                f"the timeout counts from the take, not from the crash: the worker died {died:.0f} s into the job, so "
+                f"the job waited the rest of the 600 s and then for the next sweep."
+            ),
+        ),
+        lessons.number(
+            "fast but dead, 30 s lease: crash to job back", "fast_dead_wait_lease", fast_dead_wait_lease,
+            wait["lease"], tolerance=5.0,
+            why=(
+                f"nobody renewed the lock after the crash, so it expired {lease_expired - lease_first.died_at:.1f} s "
+                f"after it (one lease after it was last set), and the sweep {lease_first.reclaimed_at - lease_expired:.1f}"
+                " s later found the job without a lock."
+            ),
+        ),
+    )
+)
+""",
+    ),
     md("""
-The timeout takes the live job away and leaves the dead worker's job waiting for ten minutes; the lease gets
-both cases right. The pictures below show why.
-
 ## How to read a timeline
 
 `plots.timeline(run)` draws one horizontal lane per worker, time in seconds from left to right:
@@ -255,13 +354,15 @@ blue band stops at its expiry. The sweeps kept looking at the job; the first swe
 found a job in progress **without a lock**, moved it back to the waiting list, and worker 1 took it at once
 (arrow) and finished it.
 
-Here is the same story as a table of *attempts* (one row per time a worker took the job):
+Here is the same story as a table of *attempts* (one column per time a worker took the job):
 """),
     code("""
-columns = ["job", "attempt", "worker", "taken_at", "died_at", "reclaimed_at", "worker_state_at_reclaim",
+columns = ["attempt", "worker", "taken_at", "died_at", "reclaimed_at", "worker_state_at_reclaim",
            "finish_applied_at", "finish_result", "outcome"]
 dead_run = runs[("fast-dead", "lease")]
-display(pd.DataFrame(dead_run.attempts_table())[columns])
+attempts = pd.DataFrame(dead_run.attempts_table())[columns]
+attempts.index = [f"attempt {n}" for n in attempts.pop("attempt")]
+display(attempts.T)  # one column per attempt: the table fits the page
 first = dead_run.attempts[0]
 expired = next(e.time for e in dead_run.lock_events if e.token == first.token and e.kind == "expired")
 say(
@@ -270,27 +371,6 @@ say(
     "less the time since the last renewal, plus the wait for the next sweep."
 )
 """),
-    *lesson(
-        question="""
-Two workers hold a job each. One is **slow but alive**: its job takes 15 minutes. The other is **fast but dead**:
-it was killed 1 s into a one-minute job. Under a 10-minute timeout, and under a 30 s lease renewed every 10 s,
-which jobs are taken back, and when?
-""",
-        predict="""
-# Your prediction, before you try (replace the question marks):
-slow_alive_under_timeout = "?"  # e.g. "taken back at 600 s, again and again" or "left alone"
-fast_dead_under_timeout = "?"
-slow_alive_under_lease = "?"
-fast_dead_under_lease = "?"
-""",
-        settings='explorer(column="slow-alive", rule="timeout", timeout=600, job=900)',
-        look_for="""
-toggle the worker and the rule: the timeout takes the slow job back every 600 s (orange crosses) and leaves
-the dead worker's job waiting 600 s; the lease leaves the slow job alone and recovers the dead one after about
-one lease. Then shorten the job below the timeout, freeze the slow worker for longer than the lease, or raise
-the loss rate: each of these makes the lease take a live worker's job (notebook 03 measures how often).
-""",
-    ),
     md("""
 ## All four at once
 
@@ -303,6 +383,15 @@ plots.two_columns(
     title="A fixed timeout cannot tell slow from dead; a lease renewed by a heartbeat can",
 );
 """),
+    *try_it(
+        'explorer(column="slow-alive", rule="timeout", timeout=600, job=900)',
+        """
+toggle the worker and the rule: the timeout takes the slow job back every 600 s (orange crosses) and leaves
+the dead worker's job waiting 600 s; the lease leaves the slow job alone and recovers the dead one after about
+one lease. Then shorten the job below the timeout, freeze the slow worker for longer than the lease, or raise
+the loss rate: each of these makes the lease take a live worker's job (notebook 03 measures how often).
+""",
+    ),
     md("""
 ## What went wrong with the timeout
 
@@ -375,7 +464,30 @@ A lease-based queue has three knobs, all in seconds:
 They trade three things against each other: how long a dead worker's job waits (**detection latency**), how
 often a live worker's job is taken by mistake (**false reclaims**), and how much work Redis does (**requests
 per second**).
-
+"""),
+    code(
+        SETUP
+        + """
+from emqsim import analytic
+from emqsim.figures import crash_scenario
+"""
+    ),
+    *ask(
+        "beat",
+        """
+A dead worker's job waits about one lease (30 s here, renewed every 10 s, a sweep every 5 s). If you halve the
+heartbeat period (renew every 5 s), how does the wait for a crashed worker's job change, on average: how many
+seconds sooner is it back in the queue (a negative number if later)? And what does it cost: how many times as
+many Redis requests per second as before?
+""",
+        """
+# Your predictions, before you run (replace None):
+seconds_sooner = None  # seconds sooner (negative: later), on average, with a 5 s heartbeat instead of 10 s
+requests_factor = None  # Redis requests per second with the 5 s heartbeat / with the 10 s one, e.g. 1.5
+""",
+    ),
+    tag(
+        md("""
 ### The closed form
 
 Suppose a worker crashes at a random moment. Its last renewal was `u` seconds earlier, `u` uniform between 0 and
@@ -387,33 +499,12 @@ $$ E[T_D] = L - \\frac{B}{2} + \\frac{S}{2}, \\qquad L - B \\le T_D \\le L + S. 
 The module `emqsim.analytic` has the exact version for this simulator (millisecond clock, network round trips,
 the two-phase sweep, the worker that sweeps dying), which reduces to this formula when those details are zero.
 """),
-    code(
-        SETUP
-        + """
-from emqsim import analytic
-from emqsim.figures import crash_scenario
-
-
+        "reveal:beat",
+    ),
+    code("""
 def basic_mean(L, B, S):
     return L - B / 2 + S / 2
-"""
-    ),
-    *lesson(
-        question="""
-A dead worker's job waits about one lease. If you halve the heartbeat period (renew twice as often), how many
-seconds sooner is it back in the queue? What does it cost?
-""",
-        predict="""
-# Your prediction, before you try: seconds saved by going from a 10 s to a 5 s heartbeat (lease 30 s)
-seconds_saved = None
-""",
-        settings='explorer(column="fast-dead", rule="lease", lease=30, beat=10)',
-        look_for="""
-with the fast-but-dead worker, move the beat from 10 s to 5 s: the recovery moves by a few seconds only
-(B/2 on average, section 1); move the lease and it moves one-for-one. The cost of a short beat is Redis
-traffic (section 3); a long beat risks the lease when heartbeats are lost (raise the loss rate).
-""",
-    ),
+"""),
     md("""
 ## 1. Simulation against the closed form
 
@@ -421,8 +512,9 @@ traffic (section 3); a long beat risks the lease when heartbeats are lost (raise
 replacement worker starts a second later. Each job gives one detection-latency sample; the replication (one
 run) is the unit of the confidence intervals.
 """),
-    code("""
-settings = [(10, 3, 2), (20, 5, 5), (30, 10, 5), (60, 20, 5), (30, 10, 15)]
+    tag(
+        code("""
+settings = [(10, 3, 2), (20, 5, 5), (30, 10, 5), (30, 5, 5), (60, 20, 5), (30, 10, 15)]
 scenario = crash_scenario()
 REPLICATIONS = 20
 say(
@@ -451,6 +543,8 @@ for L, B, S in settings:
     samples[f"lease {L}, beat {B}, sweep {S}"] = [x for s in summaries for x in s.detection_latencies]
 pd.DataFrame(rows)
 """),
+        "reveal:beat",
+    ),
     code("""
 above = sum(field(row, "latency") > closed for row, _, closed in stats_rows)
 largest = max(abs(field(row, "latency") - closed) / closed for row, _, closed in stats_rows)
@@ -461,6 +555,44 @@ say(
     f"the 95% interval for {covered} of {len(stats_rows)} settings."
 )
 """),
+    answer(
+        "beat",
+        """
+row_of = {setting: row for setting, (row, _, _) in zip(settings, stats_rows)}
+beat10, beat5 = row_of[(30, 10, 5)], row_of[(30, 5, 5)]
+saved = field(beat10, "latency") - field(beat5, "latency")
+rate10, rate5 = beat10["redis_requests_per_s"], beat5["redis_requests_per_s"]
+factor = rate5 / rate10
+say(
+    lessons.report(
+        lessons.number(
+            "seconds sooner with a 5 s beat", "seconds_sooner", seconds_sooner, saved, tolerance=0.5,
+            result=f"{saved:.1f} s (closed form {basic_mean(30, 10, 5) - basic_mean(30, 5, 5):g} s)",
+            why=(
+                f"the last renewal before a crash is on average half a beat old ({10 / 2:g} s with the 10 s beat, "
+                f"{5 / 2:g} s with the 5 s one), and the lock lives one lease from it: "
+                + (
+                    f"a shorter beat leaves a fresher lock behind, so the job comes back {-saved:.1f} s *later*, "
+                    "not sooner; only a shorter lease brings it back sooner."
+                    if saved < 0
+                    else f"a shorter beat brings it back {saved:.1f} s sooner."
+                )
+            ),
+        ),
+        lessons.number(
+            "Redis requests per second, 5 s beat / 10 s beat", "requests_factor", requests_factor, factor,
+            unit="", digits=2, tolerance=0.05, result=f"{factor:.2f} ({rate10:.2f} → {rate5:.2f} requests/s)",
+            why=(
+                "the renewals double, and they are nearly all of the traffic."
+                if factor > 1.95
+                else "the renewals double, but they are only part of the traffic: every worker also sweeps every "
+                f"5 s and takes and finishes its jobs, so the total grows {factor:.2f} times, not 2."
+            ),
+        ),
+    )
+)
+""",
+    ),
     md("""
 Two details separate the simulator from the basic formula (`analytic.lease_detection` includes both):
 
@@ -557,7 +689,16 @@ Read the left panel down a column: the mean latency follows the lease. Read the 
 request rate follows `1 / B` and hardly depends on the lease. A shorter heartbeat also buys safety: with a 30 s
 lease renewed every 10 s, two lost renewals in a row are harmless and three lapse the lock; renewed every 5 s, it
 takes six (notebook 03 measures this).
-
+"""),
+    *try_it(
+        'explorer(column="fast-dead", rule="lease", lease=30, beat=10)',
+        """
+with the fast-but-dead worker, move the beat from 10 s to 5 s: the recovery moves by a few seconds only, and
+later, not sooner (B/2 on average, section 1); move the lease and it moves one-for-one. The cost of a short beat is Redis
+traffic (section 3); a long beat risks the lease when heartbeats are lost (raise the loss rate).
+""",
+    ),
+    md("""
 ## 4. Against the timeout, on a realistic workload
 
 The `production` scenario: several workers with a few slots each (the numbers are printed below), job durations
@@ -626,10 +767,11 @@ NB3 = [
 # Where leases fail: freezes, lost heartbeats, blocked loops, outages, stale finishes and fencing
 
 A lease does not know whether a worker is alive. It knows whether the worker's **renewals arrive in time**.
-Anything that stops renewals without killing the worker makes the lease take a live worker's job: a
+Anything that stops renewals without killing the worker can make the lease take a live worker's job: a
 stop-the-world pause (a long GC, `SIGSTOP`), a CPU-bound job blocking Node's event loop (the work goes on, the
-renewals do not), a network that drops renewals, or a connection outage. This notebook makes each of these happen, measures how often, compares with theory, and shows the
-**token check** that keeps the damage contained.
+renewals do not), a network that drops renewals, or a connection outage. This notebook makes each of these
+happen, measures how often, compares with theory, and shows the **token check** that keeps the damage
+contained.
 """),
     code(
         SETUP
@@ -638,23 +780,17 @@ from emqsim import analytic
 from emqsim.presets import preset
 """
     ),
-    *lesson(
-        question="""
-A lease of 30 s is renewed every 10 s. The worker that holds the job freezes (a long GC pause) for 25 s, then
-resumes. Is its job taken away? What if, instead, the network loses one heartbeat in five?
+    *ask(
+        "first",
+        """
+A job holds a lease of 30 s, renewed every 10 s. Its worker freezes (a long GC pause) for 25 s at some moment,
+then resumes. Is its job taken away? What if, instead, nothing freezes but the network loses one renewal in
+five, at random, during a 5-minute job?
 """,
-        predict="""
-# Your predictions, before you try:
-freeze_25s_loses_the_job = None  # True, False, or "sometimes"
+        """
+# Your predictions, before you run: True (always), False (never), "sometimes", or a probability from 0 to 1
+freeze_25s_loses_the_job = None
 loss_20_percent_loses_the_job = None
-""",
-        settings='explorer(column="slow-alive", rule="lease", lease=30, beat=10, freeze=25, job=120)',
-        look_for="""
-with a 25 s freeze, whether the lock lapses depends on when the pause starts relative to the last renewal
-(it lapses when u + P > L, section 2): move the freeze between 15 s and 35 s and watch the orange cross appear.
-Set the freeze to 0 and the loss rate to 0.2: a lapse needs three renewals in a row lost (k = floor(L/B) = 3,
-section 3); a 5 s beat needs six. And a job that is taken from a live worker still completes once: the finish
-of the resumed worker is rejected (pink square).
 """,
     ),
     md("""
@@ -707,7 +843,8 @@ say(
     f"{times(len(frozen.attempts))}, but completed {times(sum(a.finish_result == 'accepted' for a in frozen.attempts))}."
 )
 """),
-    md("""
+    tag(
+        md("""
 ## 2. How long a freeze can a lease survive?
 
 A freeze of `P` seconds that starts `u` seconds after the last renewal lapses the lock if and only if
@@ -724,19 +861,22 @@ sweep of period `S` with probability `min(1, window / S)`. `emqsim` can model th
 (`RenewalRule.every(beat, recreate_missing=True)`); BullMQ does not do it, because by the time the worker resumes
 its job may already be running elsewhere.
 """),
+        "reveal:first",
+    ),
     code("""
 L, B, S = 30.0, 10.0, 5.0
 variants = {
     "token-checked renewal": LeasePolicy(L, B, S),
     "renewal re-creates lock": LeasePolicy(L, B, S, renewal=RenewalRule.every(B, recreate_missing=True)),
 }
-freezes = [0, 15, 20, 22, 24, 26, 28, 30, 32, 35, 40]
+freezes = [0, 15, 20, 22, 24, 25, 26, 28, 30, 32, 35, 40]
 rows = []
 for P in freezes:
     scenario = standard("frozen", freeze_for=float(P), freeze_after=Uniform(5.0, 60.0))
     for label, policy in variants.items():
         summaries = [summarize(simulate(scenario, policy, seed=SEED, replication=r)) for r in range(16)]
         rows.append(aggregate(summaries, freeze=float(P), label=label))
+rows_by_freeze = rows
 
 grid = np.linspace(0, 40, 200)
 theory = {
@@ -778,7 +918,8 @@ plots.timeline(lossy, title="40% of renewals lost: the lease lapses under a live
 Lost renewals never reach Redis, so they leave no tick: the gaps between ticks on worker 0's lock are the lost
 ones. Now the rate, for the first run of each 300 s job:
 """),
-    code("""
+    tag(
+        code("""
 def first_run_false_reclaims(run):
     firsts = [a for a in run.attempts if a.attempt == 1]
     return sum(a.false_reclaim for a in firsts), len(firsts)
@@ -809,6 +950,8 @@ for beat in (10.0, 5.0):
 table = pd.DataFrame(rows)
 table
 """),
+        "reveal:first",
+    ),
     code("""
 at = {(r["lease/beat"], r["loss p"]): r for r in rows}
 jobs = rows[0]["jobs"]
@@ -822,6 +965,46 @@ say(
     f"Each simulated fraction comes from {jobs} jobs, so expect noise of up to about {noise:.0f} percentage points."
 )
 """),
+    answer(
+        "first",
+        """
+freeze_rows = [r for r in rows_by_freeze if r["freeze"] == 25.0 and r["label"] == "token-checked renewal"]
+freeze_p = analytic.freeze_false_reclaim_probability(30.0, 10.0, 5.0, 25.0)
+loss_row = at[("30/10", 0.2)]
+say(
+    lessons.report(
+        lessons.chance(
+            "a 25 s freeze takes the job", "freeze_25s_loses_the_job", freeze_25s_loses_the_job, freeze_p,
+            why=(
+                f"the lock lapses iff the freeze outlasts what is left of the lease, u + 25 > 30 with u the time "
+                f"since the last renewal (0 to 10 s): so it depends on when the freeze starts (simulated: "
+                f"{field(freeze_rows[0], 'false_rate'):.2f} false reclaims per job over "
+                f"{lessons.plural(freeze_rows[0]['replications'], 'run')})."
+            ),
+        ),
+        lessons.chance(
+            "20% of renewals lost, 5-minute job", "loss_20_percent_loses_the_job", loss_20_percent_loses_the_job,
+            loss_row["theory"],
+            why=(
+                f"one lost renewal is harmless; the lock lapses only when {loss_row['losses that lapse it (k)']} in a "
+                f"row are lost, and a 5-minute job gives that run of bad luck {loss_row['theory']:.0%} of the time "
+                f"(simulated: {loss_row['simulated']:.0%} of {loss_row['jobs']} jobs)."
+            ),
+        ),
+    )
+)
+""",
+    ),
+    *try_it(
+        'explorer(column="slow-alive", rule="lease", lease=30, beat=10, freeze=25, job=120)',
+        """
+with a 25 s freeze, whether the lock lapses depends on when the pause starts relative to the last renewal
+(it lapses when u + P > L, section 2): move the freeze between 15 s and 35 s and watch the orange cross appear.
+Set the freeze to 0 and the loss rate to 0.2: a lapse needs three renewals in a row lost (k = floor(L/B) = 3,
+section 3); a 5 s beat needs six. And a job that is taken from a live worker still completes once: the finish
+of the resumed worker is rejected (pink square).
+""",
+    ),
     md("""
 ## 4. A blocked event loop: alive, working, and still reclaimed
 
@@ -835,16 +1018,23 @@ the CPU-bound section), but the lock manager's timer cannot fire until the loop 
 **Predict before you look.** The worker never stops working, and nothing dies. Does the job finish once, twice,
 or never? Which finish counts?
 """),
-    code("""
+    tag(
+        code("""
 # Your prediction:
 blocked_runs_of_the_job = None  # how many times the job runs
-blocked_finish_that_counts = None  # "the blocked worker's", "the other worker's", or "both"
+blocked_finish_that_counts = None  # "the blocked worker's", "the other worker's", "both" or "neither"
 """),
-    code("""
+        "predict:blocked",
+    ),
+    tag(
+        code("""
 blocked = simulate(standard("blocked-loop", block_for=45.0), LeasePolicy(30, 10, 5), seed=SEED)
 plots.timeline(blocked);
 """),
-    code("""
+        "reveal:blocked",
+    ),
+    tag(
+        code("""
 attempts = pd.DataFrame(blocked.attempts_table())
 display(attempts[["attempt", "worker", "taken_at", "reclaimed_at", "worker_state_at_reclaim", "finished_at",
                   "finish_result", "work_done", "outcome"]])
@@ -859,21 +1049,67 @@ say(
     f"{times(int((attempts['finish_result'] == 'accepted').sum()))} (`{plots.verdict(blocked).text}`)."
 )
 """),
+        "reveal:blocked",
+    ),
+    answer(
+        "blocked",
+        """
+accepted = [a for a in blocked.attempts if a.finish_result == "accepted"]
+blocked_worker = blocked.attempts[0].worker
+counts = (
+    "neither" if not accepted
+    else "both" if len(accepted) > 1
+    else "the blocked worker's" if accepted[0].worker == blocked_worker
+    else "the other worker's"
+)
+say(
+    lessons.report(
+        lessons.count(
+            "runs of the job", "blocked_runs_of_the_job", blocked_runs_of_the_job, len(blocked.attempts),
+            word="run",
+            why=(
+                "the lock manager could not renew while the loop was blocked, so the lock expired and the sweep "
+                f"gave the job to worker {blocked.attempts[-1].worker} while worker {blocked_worker} kept working on it."
+                if len(blocked.attempts) > 1
+                else "the lock outlived the block, so nobody else ran the job."
+            ),
+        ),
+        lessons.choice(
+            "the finish that counts", "blocked_finish_that_counts", blocked_finish_that_counts, counts,
+            options={o: o for o in ("the blocked worker's", "the other worker's", "both", "neither")},
+            why=(
+                "`moveToFinished` accepts a finish only from the worker whose token is in the lock; the blocked "
+                "worker's token was gone with its expired lock."
+                if counts == "the other worker's"
+                else f"the token check let {counts} through."
+            ),
+        ),
+    )
+)
+""",
+    ),
     md("""
+**Predict before you read on.** BullMQ's defaults: a 30 s lock, and its lock manager's rule
+(`RenewalRule.bullmq(30)`: its timer ticks every quarter of the lock and renews a lock older than one tick).
+What is the longest CPU-bound section a job can have without being stalled?
+"""),
+    tag(
+        code("""
+# Your prediction, in seconds:
+longest_safe_block = None
+"""),
+        "predict:safe-block",
+    ),
+    tag(
+        md("""
 The lease did what it is built to do, and that is the problem: from Redis's side a worker that sends no renewal
 looks exactly like a dead one. The rule is the freeze's: a block of `X` seconds starting `u` after the last
 renewal lapses the lock iff `u + X > L`, so with `u` uniform over one renewal period `B`,
 `analytic.block_lapse_probability` is `clip((X - (L - B)) / B, 0, 1)`, and `analytic.block_safe_limit` is the
 longest block that never lapses it, `L - B`.
-
-**Predict before you run.** BullMQ's defaults: a 30 s lock, and its lock manager's rule
-(`RenewalRule.bullmq(30)`: its timer ticks every quarter of the lock and renews a lock older than one tick).
-What is the longest CPU-bound section a job can have without being stalled?
 """),
-    code("""
-# Your prediction, in seconds:
-longest_safe_block = None
-"""),
+        "reveal:safe-block",
+    ),
     code("""
 bullmq = preset("bullmq")
 safe = analytic.block_safe_limit(30.0, bullmq.renewal)
@@ -918,6 +1154,30 @@ say(
     f"about {noise:.0f} points)."
 )
 """),
+    answer(
+        "safe-block",
+        """
+tick = bullmq.renewal.tick_ms / 1000
+say(
+    lessons.report(
+        lessons.number(
+            "longest safe block, BullMQ's defaults", "longest_safe_block", longest_safe_block, safe,
+            tolerance=0.5, digits=2,
+            why=(
+                f"a block is safe while the lock outlives it from its last renewal, and with BullMQ's rule that "
+                f"renewal can be {30 - safe:.2f} s old when the block starts ("
+                + (
+                    f"one tick of its timer, a quarter of the 30 s lock, not the 10 s beat of the lessons above"
+                    if abs(30 - safe - tick) < 1e-9
+                    else f"its timer ticks every {tick:g} s and renews only a lock older than one tick"
+                )
+                + f"): 30 - {30 - safe:.2f} = {safe:.2f} s."
+            ),
+        ),
+    )
+)
+""",
+    ),
     md("""
 **The tuning answer.** A job that blocks for up to `X` seconds needs `L - B > X`, that is a lease of at least
 `X + B` (for BullMQ's rule, `B = L/4`, so `lockDuration > 4X/3`). Or take the block off the event loop: a
@@ -970,18 +1230,27 @@ say(
 ## 5. A connection outage is not a run of lost heartbeats
 
 Section 3 dropped renewals one at a time, independently. Real outages are correlated: the connection to Redis
-is gone for a while, for every command. BullMQ's client (ioredis with `maxRetriesPerRequest: null`) does not drop
-the renewals: it queues them and resends them once it has reconnected, and it reconnects on a backoff (BullMQ's
-retry strategy: `max(min(e^n, 20000), 1000)` ms before attempt `n`). So the question is not how many beats were
-lost but **when the client is back**.
+is gone for a while, for every command.
 
 **Predict before you run.** A 30 s lease renewed every 10 s survives two lost beats in a row (section 3). The
-connection is down for 20 s, which is two beats. Does the job survive?
+connection is down for 20 s, 21 s into a job, which is two beats. Does the job survive?
 """),
-    code("""
+    tag(
+        code("""
 # Your prediction:
 survives_a_20s_outage = None  # True or False
 """),
+        "predict:outage",
+    ),
+    tag(
+        md("""
+BullMQ's client (ioredis with `maxRetriesPerRequest: null`) does not drop the renewals: it queues them and
+resends them once it has reconnected, and it reconnects on a backoff (BullMQ's retry strategy:
+`max(min(e^n, 20000), 1000)` ms before attempt `n`). So the question is not how many beats were lost but
+**when the client is back**.
+"""),
+        "reveal:outage",
+    ),
     code("""
 outage = Scenario(
     name="outage",
@@ -1012,6 +1281,26 @@ say(
     f"and its queued renewal came too late: `{plots.verdict(outage_run).text}`."
 )
 """),
+    answer(
+        "outage",
+        """
+survived = not any(a.false_reclaim for a in outage_run.attempts)
+say(
+    lessons.report(
+        lessons.choice(
+            "the job survives a 20 s outage", "survives_a_20s_outage", survives_a_20s_outage, survived,
+            options={True: "survives", False: "taken from its live worker"},
+            why=(
+                f"the client is back only {analytic.reconnect_time(20.0):.1f} s after the disconnect: the lock, last "
+                f"renewed before the outage, expired at {expired:.1f} s, and the queued renewal arrived at {back:.1f} s."
+                if not survived
+                else f"the client was back at {back:.1f} s, before the lock expired at {expired:.1f} s."
+            ),
+        ),
+    )
+)
+""",
+    ),
     md("""
 So an outage of `D` seconds acts like a freeze of `R(D) = analytic.reconnect_time(D)`: the lock lapses iff
 `u + R(D) > L`, and `analytic.outage_lapse_probability` is the freeze formula at `R(D)`. Because the backoff grows,
@@ -1170,35 +1459,36 @@ Pub/Sub, for instance, keep their timers on the server; here they become a reape
     code(
         SETUP
         + """
+from emqsim import lessons
 from emqsim.presets import PRESETS, preset, presets_table
 """
     ),
-    *lesson(
-        question="""
-Real job systems ship with defaults: SQS a 30 s visibility timeout, Celery an hour, BullMQ a 30 s lock renewed
-every 15 s. Which of them handle **both** the slow-but-alive worker and the fast-but-dead one?
-""",
-        predict="""
-# Your prediction, before you run: the systems that get both cases right
-both_right = []  # e.g. ["bullmq", "sqs"]
-""",
-        settings='explorer(column="slow-alive", rule="timeout", timeout=30, job=900)',
-        look_for="""
-a 30 s timeout (SQS's default) takes the 15-minute job back again and again; an hour (Celery's) leaves a dead
-worker's job waiting that long (switch to the fast-but-dead worker and raise the timeout). No single timeout
-gets both; the lease does (switch the rule). The tables below run each system's real defaults.
-""",
-    ),
+    md("""
+The presets, with their rule and the defaults each one models (in seconds):
+"""),
     code("""
 pd.DataFrame(presets_table())[["name", "system", "mechanism", "lease", "beat", "timeout", "scan", "source"]]
 """),
+    *ask(
+        "both",
+        """
+Real job systems ship with defaults: SQS a 30 s visibility timeout, Celery an hour, BullMQ a 30 s lock renewed
+every 15 s. Which of the presets above handle **both** the slow-but-alive worker (a 15-minute job) and the
+fast-but-dead one (killed 1 s into a one-minute job)?
+""",
+        """
+# Your prediction, before you run: the names (column "name" above) of the presets that get both cases right
+both_right = None  # e.g. ["bullmq", "sqs"], or [] for none
+""",
+    ),
     md("""
 ## The two test cases
 
 The slow-but-alive worker (a 15-minute job) and the fast-but-dead worker (killed 1 s into a 60 s job) from
 notebook 01, under each system's defaults:
 """),
-    code("""
+    tag(
+        code("""
 rows = []
 for name, p in PRESETS.items():
     row = {"preset": name, "rule": p.mechanism}
@@ -1222,6 +1512,43 @@ say(
     "got a case wrong: a lease is only as good as the sweep that acts on it."
 )
 """),
+        "reveal:both",
+    ),
+    answer(
+        "both",
+        """
+wrong_because = {
+    r["preset"]: lessons.join(kind for kind in ("slow-alive", "fast-dead") if not r[kind + " ok"])
+    for r in rows
+}
+guessed = both_right if isinstance(both_right, list | tuple | set) else []
+named_wrong = [n for n in guessed if n in wrong_because and n not in both]
+say(
+    lessons.report(
+        lessons.names(
+            "presets right in both cases", "both_right", both_right, both,
+            why=(
+                f"no fixed timeout passes both: one short enough for the dead worker takes the live 15-minute job "
+                f"back, one long enough for that job leaves the dead worker's job waiting"
+                + (
+                    "; " + "; ".join(f"{n} got {wrong_because[n]} wrong (table above)" for n in named_wrong) + "."
+                    if named_wrong
+                    else "."
+                )
+            ),
+        ),
+    )
+)
+""",
+    ),
+    *try_it(
+        'explorer(column="slow-alive", rule="timeout", timeout=30, job=900)',
+        """
+a 30 s timeout (SQS's default) takes the 15-minute job back again and again; an hour (Celery's) leaves a dead
+worker's job waiting that long (switch to the fast-but-dead worker and raise the timeout). No single timeout
+gets both; the lease does (switch the rule). The tables below run each system's real defaults.
+""",
+    ),
     md("""
 `echomq-code` is EchoMQ's Elixir code as written: its lease and renewal are BullMQ's, but its stalled-sweep call
 passes the script arguments that do not match the script, so the sweep never recovers a job (docs/presets.md).
@@ -1275,6 +1602,8 @@ ax = plots.frontier(
 ax.axvline(NEVER, color="grey", linestyle="--")
 ax.text(NEVER, 0.98, " never detected ", transform=ax.get_xaxis_transform(), ha="right", va="top", color="grey")
 ax.figure.set_size_inches(9, 5.5)
+ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)  # beside the axes: it covers no point or label
+lessons.spread_labels(ax)  # systems at the same spot get a stack of names, not one smudge
 say(
     "Drawn at the never-detected ceiling (no crash recovered within the run): "
     + (", ".join(never) if never else "none")
@@ -1373,25 +1702,21 @@ overlay the two detection-latency distributions. The live part needs `redis-serv
 (`apt-get install redis-server`); without it the notebook shows the simulation only.
 """),
     code(SETUP),
-    *lesson(
-        question="""
+    *ask(
+        "live",
+        """
 The simulator says how long a crashed worker's job waits before it is back in the queue, with a 30 s lease
 renewed every 10 s (notebook 02 checked it against the closed form). Does a real Redis with real processes and
 `SIGKILL` agree, and how closely can we say so?
 """,
-        predict="""
+        """
 # Your prediction, before you run: the live mean detection latency minus the simulated one, in seconds
-live_minus_simulated = None
-""",
-        settings='explorer(column="fast-dead", rule="lease", lease=30, beat=10)',
-        look_for="""
-in the simulator the recovery comes one lease after the last heartbeat plus the wait for the next sweep; move
-the beat and the lease and see the range [L - B, L + S] move. The live run below checks that real processes
-land in the same place.
+live_minus_simulated = None  # e.g. 0.5 (live slower) or -0.5 (live faster)
 """,
     ),
     code("""
 import shutil
+import time
 
 from scipy import stats as st
 
@@ -1399,50 +1724,56 @@ from emqsim.analytic import lease_detection
 
 LEASE, BEAT, SCAN = 30.0, 10.0, 5.0
 MARGIN = 1.0  # seconds: live and simulated "agree" if their mean detection latencies differ by less than this
+WORKERS = 12  # each run: this many workers take one job each and are killed 1 to 20 s into it
+LIVE_RUNS = 10  # each takes several seconds of wall time (the live cell prints how long)
+SIM_RUNS = 100
 policy = LeasePolicy(LEASE, BEAT, SCAN)
 crashes = Scenario(
     name="crashes",
-    workers=6,
-    jobs=6,
+    workers=WORKERS,
+    jobs=WORKERS,
     duration=Fixed(60.0),
-    faults=tuple(Crash(job=j, after=Uniform(1.0, 20.0), restart_after=2.0) for j in range(6)),
+    faults=tuple(Crash(job=j, after=Uniform(1.0, 20.0), restart_after=2.0) for j in range(WORKERS)),
     horizon=400.0,
 )
 have_redis = shutil.which("redis-server") is not None
 print("redis-server found" if have_redis else "redis-server not found: simulation only (apt-get install redis-server)")
 """),
-    md("""
-Six workers each take a job and die 1 to 20 s into it; each is replaced 2 s later. The surviving and replacement
-workers run BullMQ's stalled sweep every 5 s. First the simulation, 60 replications:
-"""),
     code("""
 def latencies(runs):
     return np.array([a.detection_latency for r in runs for a in r.attempts if a.detection_latency is not None])
 
-simulated = latencies([simulate(crashes, policy, seed=SEED, replication=r) for r in range(60)])
+
+say(
+    f"{WORKERS} workers each take a {crashes.duration.mean():g} s job and die 1 to 20 s into it; each is "
+    "replaced 2 s later. The surviving and replacement workers run BullMQ's stalled sweep every "
+    f"{SCAN:g} s. First the simulation, {SIM_RUNS} replications:"
+)
+sim_runs = [simulate(crashes, policy, seed=SEED, replication=r) for r in range(SIM_RUNS)]
+simulated = latencies(sim_runs)
 theory = lease_detection(LEASE, BEAT, SCAN)
 print(f"simulated: {len(simulated)} detections, mean {simulated.mean():.1f} s, range [{simulated.min():.1f}, {simulated.max():.1f}] s")
 print(f"theory bounds for a live sweeper: [{theory.lo:.1f}, {theory.hi:.1f}] s")
 """),
-    md("""
-Now the same scenario on a real Redis with real processes, five replications (the cell prints how long they
-took). Same seed, same jobs, same crash moments:
-"""),
     code("""
+say(
+    f"Now the same scenario on a real Redis with real processes, {LIVE_RUNS} replications (the cell prints how "
+    "long they took). Same seed, same jobs, same crash moments:"
+)
 if have_redis:
     from emqsim.live import run_live
 
-    import time
-
     started = time.perf_counter()
-    live_runs = [run_live(crashes, policy, seed=SEED, replication=r) for r in range(5)]
+    live_runs = [run_live(crashes, policy, seed=SEED, replication=r) for r in range(LIVE_RUNS)]
     live = latencies(live_runs)
-    print(f"{len(live_runs)} live runs in {time.perf_counter() - started:.0f} s of wall time")
+    live_wall = time.perf_counter() - started
+    print(f"{len(live_runs)} live runs in {live_wall:.0f} s of wall time")
     print(f"live: {len(live)} detections, mean {live.mean():.1f} s, range [{live.min():.1f}, {live.max():.1f}] s")
 else:
-    live = np.array([])
+    live_runs, live = [], np.array([])
 """),
-    code("""
+    tag(
+        code("""
 fig, ax = plt.subplots(figsize=(8, 4))
 for sample, label, colour in ((simulated, "simulated", plots.OKABE_ITO["blue"]), (live, "live (real Redis, SIGKILL)", plots.OKABE_ITO["vermillion"])):
     if len(sample):
@@ -1462,16 +1793,25 @@ def per_run_means(runs):
     return np.array([latencies([r]).mean() for r in runs if len(latencies([r]))])
 
 
+def half_width(n, sd_live, var_sim, n_sim):
+    \"\"\"The 90% interval's half-width for `n` live runs of spread `sd_live` (Welch's t).\"\"\"
+    v1 = sd_live**2 / n
+    df = (v1 + var_sim) ** 2 / (v1**2 / (n - 1) + var_sim**2 / (n_sim - 1))
+    return st.t.ppf(0.95, df) * (v1 + var_sim) ** 0.5
+
+
+diff = None
 if len(live):
-    sim_means = per_run_means([simulate(crashes, policy, seed=SEED, replication=r) for r in range(60)])
-    live_means = per_run_means(live_runs)
+    sim_means, live_means = per_run_means(sim_runs), per_run_means(live_runs)
     diff = live_means.mean() - sim_means.mean()
-    v1, v2 = live_means.var(ddof=1) / len(live_means), sim_means.var(ddof=1) / len(sim_means)
-    se = (v1 + v2) ** 0.5
-    df = (v1 + v2) ** 2 / (v1**2 / (len(live_means) - 1) + v2**2 / (len(sim_means) - 1))
-    t90 = st.t.ppf(0.95, df)  # a 90% interval inside the margin = equivalence by two one-sided tests at 5%
-    low, high = diff - t90 * se, diff + t90 * se
+    var_sim = sim_means.var(ddof=1) / len(sim_means)
+    hw = half_width(len(live_means), live_means.std(ddof=1), var_sim, len(sim_means))
+    low, high = diff - hw, diff + hw  # a 90% interval inside the margin = equivalence by two one-sided tests at 5%
     agree = -MARGIN < low and high < MARGIN
+    needed = next(
+        (n for n in range(2, 1001) if abs(diff) + half_width(n, live_means.std(ddof=1), var_sim, len(sim_means)) < MARGIN),
+        None,
+    )
     say(
         f"Live minus simulated mean detection latency: **{diff:+.2f} s**, 90% confidence interval "
         f"[{low:+.2f}, {high:+.2f}] s ({len(live_means)} live runs, {len(sim_means)} simulated). "
@@ -1480,12 +1820,43 @@ if len(live):
             "(two one-sided tests, 5% each)."
             if agree
             else f"The interval is not inside ±{MARGIN:g} s, so these runs do **not** show agreement to within "
-            f"{MARGIN:g} s: more live replications would narrow it (or the difference is real)."
+            f"{MARGIN:g} s. "
+            + (
+                f"With the spread and the difference seen here, about {needed} live runs would (set `LIVE_RUNS`; "
+                f"each took {live_wall / len(live_runs):.0f} s here), unless the difference is real."
+                if needed
+                else f"More live runs alone would not: the difference ({diff:+.2f} s) and the uncertainty of the "
+                f"{len(sim_means)} simulated runs already come close to ±{MARGIN:g} s. Run more simulated "
+                "replications too (`SIM_RUNS`), or the difference is real."
+            )
         )
     )
 else:
     say("No live runs (no redis-server): no comparison.")
 """),
+        "reveal:live",
+    ),
+    answer(
+        "live",
+        """
+if diff is None:
+    say("No live runs, so there is no result to put beside your guess.")
+else:
+    say(
+        lessons.report(
+            lessons.number(
+                "live minus simulated mean detection latency", "live_minus_simulated", live_minus_simulated, diff,
+                digits=2, tolerance=0.25, result=f"{diff:+.2f} s (90% CI {low:+.2f} to {high:+.2f} s)",
+                why=(
+                    "the live run follows the same protocol with the same timers, so it can only add what real "
+                    f"processes add: timer jitter and round trips of a few ms, times the time scale; the interval, "
+                    f"{high - low:.2f} s wide, is what {lessons.plural(len(live_means), 'live run')} can resolve."
+                ),
+            ),
+        )
+    )
+""",
+    ),
     md("""
 **Reading it.** Agreement is a claim that needs evidence of its own: a test that fails to find a difference
 says nothing when the samples are small. So the comparison above asks whether the difference of the means is
@@ -1499,6 +1870,14 @@ To point the live mode at your own Redis: `python -m emqsim live --redis redis:/
 (it refuses a database that holds keys outside its own prefix unless you pass `--allow-foreign-keys`). See
 `docs/live.md`.
 """),
+    *try_it(
+        'explorer(column="fast-dead", rule="lease", lease=30, beat=10)',
+        """
+in the simulator the recovery comes one lease after the last heartbeat plus the wait for the next sweep; move
+the beat and the lease and see the range [L - B, L + S] move. The live run above checked that real processes
+land in the same place.
+""",
+    ),
 ]
 
 

@@ -1,8 +1,10 @@
 """The cells of notebooks/06-exact-worst-cases-and-tuning.ipynb (built by notebooks/_build.py).
 
-`cells(b)` takes the builder's namespace `b` (its helpers `md`, `code`, `lesson` and `SETUP`) and returns the
-notebook's cells: two lessons, one on `emqsim.explore` (every timing of a freeze, the exact shortest one that
-breaks a setting) and one on `emqsim.tune` (from a team's measured job durations to settings to paste).
+`cells(b)` takes the builder's namespace `b` (its helpers `md`, `code`, `tag`, `ask`, `answer`, `try_it` and
+`SETUP`) and returns the notebook's cells: two lessons, one on `emqsim.explore` (every timing of a freeze, the
+exact shortest one that makes a lease take a live worker's job) and one on `emqsim.tune` (from a team's measured
+job durations to settings to paste). Assignment 06 asks the same question of a fixed timeout: this lesson does
+not answer it (tests/test_lessons.py checks that).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ NAME = "06-exact-worst-cases-and-tuning.ipynb"
 
 
 def cells(b: dict[str, Any]) -> list:
-    md, code, lesson, setup = b["md"], b["code"], b["lesson"], b["SETUP"]
+    md, code, tag, ask, answer, try_it = b["md"], b["code"], b["tag"], b["ask"], b["answer"], b["try_it"]
+    setup = b["SETUP"]
     return [
         md("""
 # Exact worst cases, and tuning for your own system
@@ -21,8 +24,8 @@ def cells(b: dict[str, Any]) -> list:
 The other notebooks *sample*: they run a scenario with random crash and pause times many times and report how
 often something goes wrong, with a confidence interval. Two questions need more than a sample:
 
-* **How bad can it get?** What is the *shortest* pause that makes these settings run a job twice? A sample finds
-  a bad case only if it happens to draw it. emqsim is deterministic and counts whole milliseconds, so for one
+* **How bad can it get?** What is the *shortest* pause that makes these settings take a live worker's job? A
+  sample finds a bad case only if it happens to draw it. emqsim is deterministic and counts whole milliseconds, so for one
   small world (one job, two workers, one fault) the set of fault timings is finite, and `emqsim.explore` covers
   **all of it** (docs/explore.md says how, and what "exact" means there).
 * **What should we run?** `emqsim.tune` takes what a team can measure about its own system (job durations,
@@ -33,103 +36,43 @@ often something goes wrong, with a confidence interval. Two questions need more 
             setup
             + """
 from emqsim import analytic
-from emqsim.explore import FaultSpec, counterexample_run, explore, format_exploration, space
+from emqsim import lessons
+from emqsim.explore import FaultSpec, explore, format_exploration, space
 """
         ),
-        *lesson(
-            question="""
-A queue takes a job back from a worker after a **fixed timeout of 60 s** (a reaper looks every 5 s). A job takes
-30 s. Five seconds into it, its worker **freezes** (a long GC pause, `SIGSTOP`), then resumes and finishes the
-job. The queue does not check who finishes (no token). What is the **shortest freeze** that makes the job
-complete twice?
+        *ask(
+            "freeze",
+            """
+A job holds a **lease of 30 s renewed every 10 s**; a reaper sweeps every 5 s for jobs whose lock is gone. At
+some moment the job's worker **freezes** (a long GC pause, `SIGSTOP`), then resumes. What is the **shortest
+freeze** that makes the queue take the job from its live worker, to the millisecond, if the freeze starts at
+the *worst* moment? And if it starts at the *best* moment?
 """,
-            predict="""
-# Your prediction, before you run: the shortest freeze (seconds) that makes the job complete twice
-shortest_freeze = None  # e.g. 45.0
-""",
-            settings='explorer(column="slow-alive", rule="timeout", timeout=60, freeze=30, job=30)',
-            look_for="""
-with a 30 s job and a 60 s timeout, raise the freeze from 30 s to 35 s: at some length the reaper takes the job
-back while its worker is frozen, the second worker runs it too, and the frozen worker's late finish is accepted
-as well. The sliders move in steps of 5 s; the explorer below finds the boundary to the millisecond.
+            """
+# Your predictions, before you run: the shortest freeze (seconds) that loses the job
+shortest_freeze_worst = None  # starting at the worst moment, e.g. 25.0
+shortest_freeze_best = None  # starting at the best moment
 """,
         ),
-        md("""
-## 1. The exact shortest freeze under the timeout
+        tag(
+            md("""
+## 1. The freeze boundary of a lease, exactly
 
-`space(policy, faults, ...)` describes the world: the policy, one job of `duration` seconds on two workers, and
-the fault with the ranges to try, in milliseconds. Here the freeze starts 5 s (5000 ms) into the job and its
-length takes every value from 1 ms to 120 s; the reaper's sweeps are pinned to one phase (`sweep_phases=False`;
-letting them vary too multiplies the space by every phase of a sweep period, and the search's time with it).
-`explore` runs only some of these timings (the outcome is piecewise constant in the length, so it samples and
-bisects for the edges) and accounts for every one. Every run is checked against named
-properties: `no_job_lost`, `no_duplicate_completion`, `live_never_reclaimed`.
-"""),
-        code("""
-timeout_policy = TimeoutPolicy(timeout=60, scan=5)
-freeze_5s_in = FaultSpec("freeze", offset=(5000, 5000), params={"length": (1, 120_000)})
-timeout_space = space(timeout_policy, [freeze_5s_in], duration=30.0, sweep_phases=False)
-timeout_result = explore(timeout_space)
-print(format_exploration(timeout_result))
-"""),
-        code("""
-(twice,) = [c for c in timeout_result.boundaries if c.property == "no_duplicate_completion"]
-shortest_ms = twice.first
-say(
-    f"Over all {timeout_result.points:,} freeze lengths ({timeout_result.runs:,} runs), the job completes "
-    f"twice from a freeze of **{shortest_ms / 1000:.3f} s** on; at {(shortest_ms - 1) / 1000:.3f} s it "
-    f"completes once. A freeze is safe when the worker's finish reaches Redis before the first sweep that "
-    f"finds the job older than the timeout."
-)
-if shortest_freeze is None:
-    say("You left `shortest_freeze` empty: write your guess in the cell at the top and run again.")
-else:
-    say(
-        f"You predicted {shortest_freeze:g} s: "
-        + ("spot on." if abs(shortest_freeze - shortest_ms / 1000) < 0.001 else
-           f"off by {shortest_freeze - shortest_ms / 1000:+.3f} s.")
-    )
-"""),
-        md("""
-**Where the milliseconds come from.** The naive answer is "timeout minus job length". The exact one adds the
-wait for the sweep that notices (sweeps come every `scan` plus a round trip) and the time the messages spend on
-the wire. The smallest counterexample, drawn: the frozen worker (yellow), the reaper's reclaim (orange cross),
-the second worker's run, and two accepted finishes.
-"""),
-        code("""
-bad_run = counterexample_run(timeout_result, "no_duplicate_completion")
-plots.timeline(bad_run, title="The shortest freeze that completes the job twice");
-pd.DataFrame(bad_run.attempts_table())[["attempt", "worker", "taken_at", "reclaimed_at", "finished_at",
-                                        "finish_result", "outcome"]]
-"""),
-        code("""
-first, second = bad_run.attempts[0], bad_run.attempts[1]
-say(
-    f"The job was taken at {first.taken_at:.3f} s and reclaimed by the sweep at {first.reclaimed_at:.3f} s "
-    f"(age {first.reclaimed_at - first.taken_at:.3f} s > 60 s); the frozen worker's late finish was applied at "
-    f"{first.finish_applied_at:.3f} s and accepted, and worker {second.worker}'s run "
-    f"of the same job finished at {second.finish_applied_at:.3f} s: `{second.outcome}`."
-)
-ties = [t for t in timeout_result.tie_dependent if "no_duplicate_completion" in t.properties]
-if ties:
-    t = ties[0]
-    say(
-        f"At a freeze of {t.point['fault0.length'] / 1000:.3f} s the sweep and the finish reach Redis in the "
-        f"same millisecond; with the other order (`{t.tie_break}`) the job completes twice there too, so the "
-        f"exact answer depends on a tie that real Redis breaks by arrival: a robust bound is that millisecond."
-    )
-else:
-    say("No same-millisecond order changes the answer.")
-"""),
-        md("""
-## 2. The freeze boundary of a lease
+`space(policy, faults, ...)` describes the world: the policy, one job on two workers, and the fault with the
+ranges to try, in milliseconds; the reaper's sweeps are pinned to one phase (`sweep_phases=False`; letting them
+vary too multiplies the space by every phase of a sweep period, and the search's time with it). `explore` runs
+only some of these timings (the outcome is piecewise constant, so it samples and bisects for the edges) and
+accounts for every one. Every run is checked against named properties: `no_job_lost`,
+`no_duplicate_completion`, `live_never_reclaimed`.
 
-Now a lease of 30 s renewed every 10 s (a reaper sweeping every 5 s). Whether a freeze lapses the lock depends
-on *when* it starts: docs/theory.md's closed form says a freeze of `F` starting `u` after the last renewal was
-sent lapses the lock iff `u + F > L` (`analytic.freeze_lapses`). `explore` checks it over **every** start in one
-renewal period (one offset per millisecond, so `u` takes every value from 1 ms to 10 s) and every length from
-19 s to 31 s. This is the largest space in the notebook (the report's first line says how many runs it took).
+Whether a freeze lapses the lock depends on *when* it starts: docs/theory.md's closed form says a freeze of `F`
+starting `u` after the last renewal was sent lapses the lock iff `u + F > L` (`analytic.freeze_lapses`).
+`explore` checks it over **every** start in one renewal period (one offset per millisecond, so `u` takes every
+value from 1 ms to 10 s) and every length from 19 s to 31 s. This is the largest space in the notebook (the
+report's first line says how many runs it took).
 """),
+            "reveal:freeze",
+        ),
         code("""
 lease_policy = LeasePolicy(30, 10, 5, swept_by="reaper")
 lease_space = space(lease_policy, [FaultSpec("freeze", params={"length": (19_000, 31_000)})], sweep_phases=False)
@@ -151,6 +94,46 @@ say(
     f"{explored_count:,}: a difference of {explored_count - closed_form_count:,}."
 )
 """),
+        answer(
+            "freeze",
+            """
+worst, best = lapse.first / 1000, lapse.last / 1000
+say(
+    lessons.report(
+        lessons.number(
+            "shortest freeze that loses the job, worst start", "shortest_freeze_worst", shortest_freeze_worst,
+            worst, digits=3, tolerance=0.0005,
+            why=(
+                f"the worst start is just before a renewal is due, {offsets.size / 1000:g} s after the last one: the "
+                f"lock has only L - B = {30 - offsets.size / 1000:g} s left, and a freeze one millisecond longer "
+                "outlives it."
+            ),
+        ),
+        lessons.number(
+            "shortest freeze that loses the job, best start", "shortest_freeze_best", shortest_freeze_best, best,
+            digits=3, tolerance=0.0005,
+            why=(
+                "the best start is just after a renewal was sent: the lock has the whole lease, L = 30 s, left, "
+                + (
+                    "and the freeze must outlast all of it."
+                    if best >= 30
+                    else f"less the {1000 * (30 - best):.0f} ms the renewal was still on the wire."
+                )
+            ),
+        ),
+    )
+)
+""",
+        ),
+        *try_it(
+            'explorer(column="slow-alive", rule="lease", lease=30, beat=10, freeze=20, job=60)',
+            """
+with a 60 s job and a 30 s lease renewed every 10 s, raise the freeze from 20 s to 30 s: at some length the
+sweep takes the job while its worker is frozen (orange cross), and the resumed worker's finish is rejected (pink
+square). The sliders move in steps of 5 s and start the freeze at one moment; the explorer above covers every
+start, to the millisecond.
+""",
+        ),
         md("""
 Where exactly do they differ? One line of the space per start `u` is cheap to explore (a freeze starting `u`
 after the last renewal was sent, every length from 1 ms to 60 s):
@@ -181,14 +164,15 @@ by_u
         code("""
 early = by_u[by_u["explored - closed form (ms)"] != 0]
 say(
-    "The explored boundary equals the closed form at every start except "
-    + (", ".join(f"u = {x} ms" for x in early["u (ms)"]) if len(early) else "none")
-    + (
-        ": the freeze begins while the renewal sent at the tick is still on the wire (the round trip is "
+    (
+        "The explored boundary equals the closed form at every start except "
+        + lessons.join(f"u = {x} ms" for x in early["u (ms)"])
+        + ": the freeze begins while the renewal sent at the tick is still on the wire (the round trip is "
         f"{lease_space.rtt_ms} ms), and the lock lapses 1 ms earlier than the formula says (docs/explore.md, "
         "\\"What it found\\", explains the engine's fixed-rate catch-up that does it)."
-        if len(early) else "."
     )
+    if len(early)
+    else f"The explored boundary equals the closed form at every one of the {len(by_u)} starts."
 )
 """),
         md("""
@@ -201,26 +185,28 @@ checked = [lease_result, *line_results]
 points = sum(r.points for r in checked)
 held = sum(r.counts["no_duplicate_completion"] for r in checked)
 say(
-    f"`no_duplicate_completion` holds at **{held:,} of {points:,}** timings under the lease, against "
-    f"{timeout_result.counts['no_duplicate_completion']:,} of {timeout_result.points:,} under the timeout."
+    f"`no_duplicate_completion` holds at **{held:,} of {points:,}** timings under the lease"
+    + (", every one of them." if held == points else ".")
+    + " Without the token check (a fixed timeout's usual reaper) a late finish would count: assignment 06 finds "
+    "the shortest freeze that does it."
 )
 """),
-        md("""
-## The question
-
+        *ask(
+            "tune",
+            """
 Your team runs BullMQ. You exported the durations of a few hundred finished jobs, your GC logs show a few
 pauses of a couple of seconds, dozens per worker-hour, and you can afford about 2 Redis requests per second for lock
 renewals and sweeps. Which `lockDuration` and `stalledInterval` should you run, so that at most 5% of jobs are
 taken from a live worker and crashed workers' jobs come back as fast as possible?
-
-**Predict before you run.** Write your answer in the cell below *before* you read on.
-"""),
-        code("""
+""",
+            """
 # Your prediction, before you run: lease (lockDuration) and sweep (stalledInterval), in seconds
-my_lease, my_scan = None, None  # e.g. 30.0, 30.0
-"""),
+my_lease = None  # e.g. 30.0
+my_scan = None  # e.g. 30.0
+""",
+        ),
         md("""
-## 3. From exported job durations to a recommendation
+## 2. From exported job durations to a recommendation
 
 **Export.** BullMQ keeps `processedOn` and `finishedOn` (epoch ms) on finished jobs; docs/tune.md has the four
 lines of Node that print them as CSV. Here we write such a file (a stand-in for yours: 300 jobs, log-normal
@@ -259,7 +245,8 @@ seconds: three leases, one heartbeat ratio (`beat = lease / 3`), two sweep inter
 comparison, 3 to 6 replications of 60 jobs each (`python -m emqsim tune` with its defaults searches a far
 larger grid: the cell says how large).
 """),
-        code("""
+        tag(
+            code("""
 workload = Workload(duration=durations, workers=4, concurrency=2, jobs=60, crash_rate=20,
                     pause_rate=30, pause_length=LogNormal(2.0, 1.0))
 limits = Limits(false_reclaims=0.05, requests_per_s=2)
@@ -283,6 +270,8 @@ else:
         f"[{m['requests_per_s'].lo:.2f}, {m['requests_per_s'].hi:.2f}]."
     )
 """),
+            "reveal:tune",
+        ),
         md("""
 **The Pareto frontier.** The simulated settings no other simulated setting beats on all three of false
 reclaims, detection and Redis requests, with their status in the search (`feasible`: meets every limit;
@@ -334,14 +323,34 @@ else:
         code("""
 settings = bullmq_settings(best) if best is not None else {}
 print("new Worker(queueName, processor, " + str(settings).replace("'", "") + ")")
-if my_lease is None:
-    say("You left `my_lease, my_scan` empty: write your guess at the top of this lesson and run again.")
-elif best is not None:
-    say(
-        f"You predicted lease {my_lease:g} s and sweep {my_scan:g} s; tune recommends {best.lease:g} s and "
-        f"{best.scan:g} s."
-    )
 """),
+        answer(
+            "tune",
+            """
+if best is None:
+    say("tune decided no setting feasible, so there is no recommendation to put beside your guess.")
+else:
+    m = best.metrics
+    say(
+        lessons.report(
+            lessons.number(
+                "lease (lockDuration)", "my_lease", my_lease, best.lease, digits=0,
+                why=(
+                    f"of the {lessons.plural(len(result.candidates), 'setting')} searched, {best.label()} detects "
+                    f"crashes fastest ({m['detection_mean'].value:.1f} s on average) while its false reclaims "
+                    f"(upper end {m['false_reclaims'].hi:.3g} per job) and Redis requests (upper end "
+                    f"{m['requests_per_s'].hi:.2f} per second) stay within the limits ({limits.false_reclaims:g} "
+                    f"and {limits.requests_per_s:g})."
+                ),
+            ),
+            lessons.number(
+                "sweep (stalledInterval)", "my_scan", my_scan, best.scan, digits=0,
+                why=f"the runner-up lost: {result.lease.why_runner_up_lost}.",
+            ),
+        )
+    )
+""",
+        ),
         md("""
 **What would change the answer.** From the closed forms and the simulated candidates:
 """),
@@ -351,10 +360,10 @@ say("\\n".join(f"* {line}" for line in result.what_would_change))
         md("""
 ## Summary
 
-* `explore` answers "how bad can it get" exactly over a small world: the shortest freeze that makes a timeout
-  complete a job twice, to the millisecond, with its counterexample drawn; the freeze boundary of a lease,
-  against the closed form `u + F > L` (and the one place it differs); and a property (no job completed twice
-  under the token-checked lease) checked at every timing, not at a sample.
+* `explore` answers "how bad can it get" exactly over a small world: the shortest freeze that makes a lease
+  take a live worker's job, at every start and to the millisecond, against the closed form `u + F > L` (and
+  where they differ); and a property (no job completed twice under the token-checked lease) checked at every
+  timing, not at a sample. Assignment 06 asks the same of a fixed timeout.
 * `tune` answers "what should we run" from a team's own measurements: a recommendation with intervals checked
   on fresh seeds, the frontier, why the runner-up lost, the options to paste and what would change them. The
   search here was tiny; `python -m emqsim tune --durations durations.csv ...` searches the full grid

@@ -74,6 +74,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "emqsim.validate_bullmq",
             "emqsim.verdict",
             "emqsim.examples",  # written as a reader would: from the front door
+            "emqsim.lessons",  # the lessons' answers to a prediction (notebooks/0*.ipynb)
         ],
     ),
 ]
