@@ -78,8 +78,46 @@ SLOW_FILES = frozenset(
         "test_live.py",
         "test_live_failures.py",
         "test_live_outages.py",
+        "test_lessons_browser.py",
         "test_notebooks.py",
+        "test_protocol_lua.py",
+        "test_redis_conformance.py",
         "test_timeline_html.py",
+    }
+)
+# Single tests of the slow suite, by file and name (parametrized cases included): each takes tens of seconds on
+# 2 cores; the quick suite keeps a faster test of the same claim beside each (named in the comment).
+SLOW_TESTS = frozenset(
+    {
+        # explore: the small spaces, the closed forms at 1 ms and the CLI stay quick through
+        # test_default_options_give_bit_identical_runs, test_freeze_boundary_is_the_closed_form,
+        # test_block_boundary_is_the_closed_form and test_cli_explore_bad_input_is_one_line_and_exit_2
+        "test_explore.py::test_explore_equals_brute_force_on_small_spaces",
+        "test_explore.py::test_parallel_equals_serial",
+        "test_explore.py::test_reaper_detection_is_the_closed_form_to_the_millisecond",
+        "test_explore.py::test_workers_sweeping_detection_against_the_closed_form",
+        "test_explore.py::test_workers_sweeping_stays_within_the_bounds_when_the_sweeper_hands_over",
+        "test_explore.py::test_explored_mean_agrees_with_a_big_sampled_run",
+        "test_explore.py::test_unfenced_timeout_duplicate_completion_is_found",
+        "test_explore.py::test_cli_explore_prints_the_report_and_draws_counterexamples",
+        "test_explore.py::test_cli_explore_draws_a_counterexample_as_an_interactive_timeline",
+        "test_explore.py::test_cli_explore_json",
+        "test_explore.py::test_cli_explore_a_redis_restart",
+        # tune: test_finds_the_lease_the_closed_form_decides and the CLI's bad-input tests stay quick
+        "test_tune.py::test_work_is_bounded_and_counted",
+        "test_tune.py::test_same_seed_same_answer_serial_or_parallel",
+        "test_tune.py::test_tuned_settings_meet_the_limits_on_fresh_seeds",
+        "test_tune.py::test_closed_form_prunes_what_cannot_meet_a_latency_limit",
+        "test_tune.py::test_cli_json_plot_and_toml",
+        "test_tune.py::test_a_race_whose_candidates_all_stay_undecided_ends",
+        # figures: each figure's own test stays quick; this one regenerates them all byte for byte
+        "test_figures.py::test_generate_all_writes_every_figure",
+        # a local Dask cluster; test_dask's in-process equality tests stay quick
+        "test_dask.py::test_cli_dask_local_equals_serial",
+        # interval coverage over thousands of simulated runs (benchmarks/coverage.py's cases)
+        "test_coverage.py::test_intervals_cover_the_known_truth",
+        # real signals into a real sweep; test_interrupts (slow) covers the rest
+        "test_cli.py::test_ctrl_c_keeps_finished_rows",
     }
 )
 
@@ -90,7 +128,10 @@ def runs_slow_tests() -> bool:
 
 
 def is_slow(item: pytest.Item) -> bool:
-    return item.get_closest_marker("slow") is not None or Path(str(item.fspath)).name in SLOW_FILES
+    """In the slow suite: marked `slow`, or its file in SLOW_FILES, or its file and name in SLOW_TESTS."""
+    name = Path(str(item.fspath)).name
+    test = f"{name}::{item.originalname}" if isinstance(item, pytest.Function) else name
+    return item.get_closest_marker("slow") is not None or name in SLOW_FILES or test in SLOW_TESTS
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
