@@ -79,7 +79,6 @@ SLOW_FILES = frozenset(
         "test_live_failures.py",
         "test_live_outages.py",
         "test_lessons_browser.py",
-        "test_notebooks.py",
         "test_protocol_lua.py",
         "test_redis_conformance.py",
         "test_timeline_html.py",
@@ -116,6 +115,8 @@ SLOW_TESTS = frozenset(
         "test_dask.py::test_cli_dask_local_equals_serial",
         # interval coverage over thousands of simulated runs (benchmarks/coverage.py's cases)
         "test_coverage.py::test_intervals_cover_the_known_truth",
+        # each lesson in a real kernel (its static checks stay quick)
+        "test_notebooks.py::test_notebook_runs",
         # real signals into a real sweep; test_interrupts (slow) covers the rest
         "test_cli.py::test_ctrl_c_keeps_finished_rows",
     }
