@@ -519,3 +519,88 @@ def test_the_case_count() -> None:
     """The issue asked for at least 150 hand-written or tabled malformed inputs (generated ones come on top)."""
     tabled = len(SWEEP_CASES + RUN_CASES + OTHER_CASES + LIVE_CASES) + len(FILE_CASES) + 3 * len(WHOLE_FILES)
     assert tabled >= 150
+
+
+# -- issue 30: output paths checked by doing it, rows that survive a failed write ----------------------------------
+LONG = "a" * 300  # longer than any file system's name limit (255 bytes)
+NEAR = "b" * 240  # fits, but NAME.partial.csv and the temporary name beside it do not
+
+PATH_CASES: list[list[str]] = [
+    ["sweep", "--out", "dangling.csv"],  # a symbolic link into a missing folder
+    ["sweep", "--out", f"{LONG}.csv"],
+    ["sweep", "--out", f"{NEAR}.csv"],
+    ["sweep", "--plot", f"{LONG}.png"],
+    ["sweep", "--plot", "/proc/emqsim.png"],  # a folder nobody can create files in, not even root
+    ["sweep", "--out", "/proc/rows.csv"],
+    ["sweep", "--cache", LONG],
+    ["sweep", "--cache", "/proc/emqsim-cache"],
+    ["sweep", "--config", LONG],
+    ["run", "--config", f"{LONG}.toml"],
+    ["timeline", "--out", f"{LONG}.png"],
+    ["figures", "--out", LONG],
+    ["figures", "--out", "/proc/emqsim-figures"],
+    ["grade", f"{LONG}.ipynb"],
+    ["tune", "--durations", LONG],
+    ["tune", "--config", LONG],
+    ["tune", "--plot", "/proc/f.png"],
+]
+
+
+@pytest.mark.parametrize("argv", PATH_CASES, ids=[" ".join(c)[:60] for c in PATH_CASES])
+def test_output_and_input_paths_are_checked_by_doing_it_up_front(
+    argv: list[str], here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (here / "dangling.csv").symlink_to(here / "missing" / "rows.csv")
+    check_refused(argv, here, capsys)
+
+
+def test_rows_that_cannot_be_written_after_the_work_go_to_a_named_file(
+    here: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The --out file fails after every cell ran (its folder removed, a full disk): the rows go to a fallback
+    file whose name one line gives, exit status 1; if that fails too, to standard output."""
+    import tempfile
+
+    import emqsim.cli.saving as saving
+
+    real = saving.write_rows
+    spare = here / "spare"
+    spare.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spare))
+
+    def failing(path: Path, rows: Any, header: Any) -> None:
+        if path.parent != spare:
+            raise OSError(27, "File too large")
+        real(path, rows, header)
+
+    monkeypatch.setattr(saving, "write_rows", failing)
+    argv = ["sweep", "--scenario", "fast-dead", "--lease", "30", "--beat", "10", "--timeout", "none",
+            "--replications", "2", "--jobs", "1", "--quiet", "--out", "rows.csv"]  # fmt: skip
+    code, out, err = run_main(argv, capsys)
+    (fallback,) = spare.iterdir()
+    assert code == 1 and err.splitlines() == [
+        f"emqsim sweep: error: could not write rows.csv (File too large); the 1 rows are in {fallback}"
+    ]
+    assert "fast-dead" in fallback.read_text() and not (here / "rows.csv").exists()
+
+    monkeypatch.setattr(saving, "write_rows", lambda *a: (_ for _ in ()).throw(OSError(28, "No space")))
+    code, out, err = run_main(argv, capsys)
+    assert code == 1 and err.strip().endswith("the 1 rows are on standard output above")
+    assert out.startswith("scenario,") and "fast-dead" in out.splitlines()[1]
+
+
+def test_a_failed_plot_write_leaves_no_temporary_file(here: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import matplotlib.pyplot as plt
+
+    from emqsim import fileio
+    from emqsim.plots import savefig
+
+    def full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fileio.os, "fsync", full)
+    fig = plt.figure()
+    with pytest.raises(OSError):
+        savefig(fig, here / "f.png")
+    plt.close(fig)
+    assert not [p for p in here.iterdir() if p.name.startswith(".")]

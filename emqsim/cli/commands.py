@@ -20,7 +20,7 @@ from emqsim.cli.building import (
     with_model_options,
 )
 from emqsim.cli.process import StopSignals
-from emqsim.cli.saving import save_rows
+from emqsim.cli.saving import RowsNotWritten, save_rows
 from emqsim.cli.tables import (
     FIELDS_HINT,
     TABLE_WIDTH,
@@ -108,11 +108,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 client.close()
         rows = result.rows
         header = {"version": __version__, "seed": args.seed, "replications": args.replications}
-        saved = save_rows(args, rows, header, complete=result.complete)
+        failures: list[str] = []  # outputs that could not be written after the work: said last, status 1
+        try:
+            saved = save_rows(args, rows, header, complete=result.complete)
+        except RowsNotWritten as exc:
+            saved = f"; {exc}"  # an interrupted sweep says it on its `interrupted` line
+            failures += [] if interrupted else [str(exc)]
         if args.plot and rows and result.complete:
             from emqsim.plots import frontier, savefig
 
-            savefig(frontier(rows).figure, args.plot)
+            try:
+                savefig(frontier(rows).figure, args.plot)
+            except OSError as exc:
+                failures.append(f"could not write the figure {args.plot} ({exc.strerror or exc})")
         for line in interrupted:
             print(line + saved, file=sys.stderr)
         if args.json:
@@ -120,9 +128,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         else:
             print(format_table(rows, wide=args.wide))
             print_paired(result, cells)
+        for failure in failures:
+            print(f"emqsim sweep: error: {failure}", file=sys.stderr)
     if interrupted or stop.signum is not None:
         return 143 if stop.signum == signal.SIGTERM else 130
-    return 0
+    return 1 if failures else 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
