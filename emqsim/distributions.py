@@ -9,13 +9,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from emqsim.errors import ConfigError
 
 
+@runtime_checkable
 class Distribution(Protocol):
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray: ...
     def survival(self, x: float) -> float: ...

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from emqsim.errors import require_instance, require_whole
 from emqsim.fileio import write_atomically
 from emqsim.policies import ReclaimPolicy
 from emqsim.pools import SignalsHeld, batches, result_of, start_pool, stop_pool, submit_all, wait_some
@@ -274,8 +275,13 @@ def run_sweep(
 
     version = version or __version__
     notice = on_notice or _print_notice
-    if replications < 1:
-        raise ValueError("replications must be >= 1")
+    require_whole("replications", replications, low=1)
+    require_whole("seed", seed)
+    require_whole("jobs", jobs, low=1, none=True)
+    for index, cell in enumerate(cells):
+        require_instance(f"cells[{index}]", cell, Cell, "a Cell(scenario, policy)")
+        require_instance(f"cells[{index}].scenario", cell.scenario, Scenario, "a Scenario")
+        require_instance(f"cells[{index}].policy", cell.policy, ReclaimPolicy, "a ReclaimPolicy")
     cache = Path(cache_dir) if cache_dir is not None else None
     per_cell: list[list[RunSummary | None]] = [[None] * replications for _ in cells]
     cached = 0

@@ -604,3 +604,81 @@ def test_a_failed_plot_write_leaves_no_temporary_file(here: Path, monkeypatch: p
         savefig(fig, here / "f.png")
     plt.close(fig)
     assert not [p for p in here.iterdir() if p.name.startswith(".")]
+
+
+# -- issue 30: the Python API names the bad argument, at construction ---------------------------------------------
+def _api_cases() -> dict[str, Any]:
+    from emqsim import Detector, LeasePolicy, Scenario, TimeoutPolicy, standard
+    from emqsim.engine import simulate
+    from emqsim.faults import Block, ChildCrash, Crash, Freeze, Network, Outage, RandomFaults
+    from emqsim.sweep import Cell, run_sweep
+
+    class Forgetful(Detector):
+        def __init__(self, threshold: float) -> None:  # forgot super().__init__()
+            self.threshold = threshold
+
+        def suspect(self, job: str, now: float) -> bool:
+            return now > self.threshold
+
+    cell = [Cell(standard("fast-dead"), LeasePolicy())]
+    return {
+        "simulate('fast-dead')": (lambda: simulate("fast-dead", LeasePolicy()), "scenario"),  # type: ignore[arg-type]
+        "simulate(seed=1.5)": (lambda: simulate(standard("fast-dead"), LeasePolicy(), 1.5), "seed"),  # type: ignore[arg-type]
+        "Scenario(duration=60)": (lambda: Scenario(duration=60), "duration"),  # type: ignore[arg-type]
+        "Scenario(faults=(1,))": (lambda: Scenario(faults=(1,)), "faults"),  # type: ignore[arg-type]
+        "Scenario(faults=Crash)": (lambda: Scenario(faults=Crash(job=0)), "faults"),  # type: ignore[arg-type]
+        "Scenario(network=None)": (lambda: Scenario(network=None), "network"),  # type: ignore[arg-type]
+        "Scenario(horizon='1')": (lambda: Scenario(horizon="1"), "horizon"),  # type: ignore[arg-type]
+        "Scenario(random_faults=1)": (lambda: Scenario(random_faults=1), "random_faults"),  # type: ignore[arg-type]
+        "Crash(after='5')": (lambda: Crash(job=0, after="5"), "after"),  # type: ignore[arg-type]
+        "Crash(job=0.5)": (lambda: Crash(job=0.5), "job"),  # type: ignore[arg-type]
+        "Crash(restart_after='1')": (lambda: Crash(job=0, restart_after="1"), "restart_after"),  # type: ignore[arg-type]
+        "Freeze(duration=None)": (lambda: Freeze(job=0, duration=None), "duration"),  # type: ignore[arg-type]
+        "Block(duration=True)": (lambda: Block(job=0, duration=True), "duration"),
+        "ChildCrash(job='0')": (lambda: ChildCrash(job="0"), "job"),  # type: ignore[arg-type]
+        "Outage(at='5')": (lambda: Outage(at="5", duration=1), "at"),  # type: ignore[arg-type]
+        "Outage(redis_restart='yes')": (
+            lambda: Outage(at=5, duration=1, redis_restart="yes"),
+            "redis_restart",
+        ),  # type: ignore[arg-type]
+        "Network(loss='0.1')": (lambda: Network(loss="0.1"), "loss"),  # type: ignore[arg-type]
+        "Network(rtt=0.002)": (lambda: Network(rtt=0.002), "rtt"),  # type: ignore[arg-type]
+        "RandomFaults(crash_rate='2')": (lambda: RandomFaults(crash_rate="2"), "crash_rate"),  # type: ignore[arg-type]
+        "LeasePolicy(lease=True)": (lambda: LeasePolicy(lease=True), "lease"),
+        "LeasePolicy(two_phase='no')": (lambda: LeasePolicy(two_phase="no"), "two_phase"),  # type: ignore[arg-type]
+        "LeasePolicy(max_stalled='1')": (lambda: LeasePolicy(max_stalled="1"), "max_stalled"),  # type: ignore[arg-type]
+        "LeasePolicy(max_stalled=1.5)": (lambda: LeasePolicy(max_stalled=1.5), "max_stalled"),  # type: ignore[arg-type]
+        "LeasePolicy(max_stalled=-1)": (lambda: LeasePolicy(max_stalled=-1), "max_stalled"),
+        "TimeoutPolicy(fenced='no')": (lambda: TimeoutPolicy(fenced="no"), "fenced"),  # type: ignore[arg-type]
+        "TimeoutPolicy(max_stalled=-2)": (lambda: TimeoutPolicy(max_stalled=-2), "max_stalled"),
+        "Detector(max_stalled=0.5)": (lambda: Detector(max_stalled=0.5), "max_stalled"),  # type: ignore[arg-type]
+        "Detector without super().__init__": (lambda: Forgetful(5.0), "super().__init__"),
+        "run_sweep(replications=2.5)": (lambda: run_sweep(cell, replications=2.5), "replications"),  # type: ignore[arg-type]
+        "run_sweep(seed='0')": (lambda: run_sweep(cell, seed="0"), "seed"),  # type: ignore[arg-type]
+        "run_sweep(jobs=0)": (lambda: run_sweep(cell, jobs=0), "jobs"),
+        "run_sweep([1])": (lambda: run_sweep([1]), "cells[0]"),  # type: ignore[list-item]
+    }
+
+
+API_CASES = list(_api_cases())
+
+
+@pytest.mark.parametrize("case", API_CASES)
+def test_bad_api_arguments_are_named_at_construction(case: str) -> None:
+    """Each bad argument raises a TypeError or ValueError whose one-line message names the argument."""
+    make, name = _api_cases()[case]
+    with pytest.raises((TypeError, ValueError)) as caught:
+        make()
+    message = str(caught.value)
+    assert name in message and "\n" not in message, message
+
+
+@pytest.mark.parametrize("answer", ["'no'", "None", "[True]", "1"])
+def test_a_detector_whose_suspect_does_not_answer_true_or_false_is_named(answer: str) -> None:
+    from emqsim import Detector, standard
+    from emqsim.engine import simulate
+
+    namespace: dict[str, Any] = {"Detector": Detector}
+    exec(f"class Vague(Detector):\n    def suspect(self, job, now):\n        return {answer}\n", namespace)
+    with pytest.raises(TypeError, match=r"Vague\.suspect.*must return True or False"):
+        simulate(standard("fast-dead"), namespace["Vague"]())
