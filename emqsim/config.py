@@ -13,6 +13,7 @@ from typing import Any
 from emqsim.distributions import Distribution, parse_distribution
 from emqsim.errors import ConfigError
 from emqsim.faults import Block, ChildCrash, Crash, Freeze, Network, Outage, RandomFaults
+from emqsim.fileio import read_regular_text
 from emqsim.policies import LeasePolicy, ReclaimPolicy, TimeoutPolicy
 from emqsim.presets import PRESETS, preset
 from emqsim.scenario import Scenario
@@ -84,25 +85,25 @@ class _Located:
         return ConfigError(f"{at}: {where}: {message}")
 
 
-def load_config(path: str | Path) -> tuple[Scenario, ReclaimPolicy | None]:
-    """Read a TOML scenario file: a [scenario] table and an optional [policy] table."""
+def read_toml(path: str | Path, what: str = "scenario file") -> tuple[dict[str, Any], str]:
+    """The project's one TOML reader: (data, text) of a regular UTF-8 file of at most `MAX_FILE_BYTES` bytes
+    (bytes, not characters; a pipe or a device is refused, never waited on), every failure (unreadable, not
+    TOML, nested too deeply to parse) a one-line ConfigError."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file; check the path given to --config") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read it ({exc}); give a readable UTF-8 TOML file") from None
-    if len(text) > MAX_FILE_BYTES:
-        raise ConfigError(f"{path}: {len(text):,} characters; a scenario file is at most {MAX_FILE_BYTES:,}")
+    text = read_regular_text(path, MAX_FILE_BYTES, what)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {' '.join(str(exc).split())}") from None
     except RecursionError:
-        raise ConfigError(
-            f"{path}: nested too deeply; a scenario file needs a few levels of tables"
-        ) from None
+        raise ConfigError(f"{path}: nested too deeply; a {what} needs a few levels of tables") from None
+    return data, text
+
+
+def load_config(path: str | Path) -> tuple[Scenario, ReclaimPolicy | None]:
+    """Read a TOML scenario file: a [scenario] table and an optional [policy] table."""
+    path = Path(path)
+    data, text = read_toml(path)
     where = _Located(path, text)
     unknown = sorted(set(data) - {"scenario", "policy"})
     if unknown:

@@ -114,7 +114,9 @@ def writable_problem(path: str | os.PathLike, *names: str) -> str | None:
             return f"folder {folder!r} does not exist; create it first"
         longest = max(len(os.fsencode(n)) for n in (os.path.basename(real), *names))
         if longest + 12 > name_max(folder):  # +12: the temporary file's `.emqsim-XXXXXXXX` beside it
-            return f"the file name is too long for its file system (at most {name_max(folder) - 12} bytes here)"
+            return (
+                f"the file name is too long for its file system (at most {name_max(folder) - 12} bytes here)"
+            )
         fd, tmp = tempfile.mkstemp(prefix=".emqsim-probe-", dir=folder)
         os.close(fd)
         os.unlink(tmp)

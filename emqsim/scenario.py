@@ -79,6 +79,10 @@ class Scenario:
             raise ConfigError(f"arrival_rate must be > 0 jobs per second, got {self.arrival_rate}")
         if not (math.isfinite(self.horizon) and self.horizon > 0):
             raise ConfigError(f"horizon must be > 0 seconds, got {self.horizon}")
+        if self.horizon < 0.001:
+            raise ConfigError(
+                f"horizon must be at least 0.001 s (the clock counts whole milliseconds), got {self.horizon:g}"
+            )
         if self.phases not in ("random", "aligned"):
             raise ConfigError(f"phases must be 'random' or 'aligned', got {self.phases!r}")
         if not isinstance(self.remove_on_complete, bool):

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -174,15 +174,9 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
 # -- TOML input -------------------------------------------------------------------------------------------------
 def load_tune_config(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """([workload], [limits], [search]) as keyword arguments, distributions parsed, errors naming the line."""
-    from emqsim.config import _dist, _Located
+    from emqsim.config import _dist, _Located, read_toml
 
-    try:
-        text = path.read_text(encoding="utf-8")
-        data = tomllib.loads(text)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read it ({exc})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    data, text = read_toml(path, "tune file")  # the project's one TOML reader: size, type and depth checked
     where = _Located(path, text)
     tables = {"workload": WORKLOAD_KEYS, "limits": LIMIT_KEYS, "search": SEARCH_KEYS}
     for key in data:
@@ -201,14 +195,21 @@ def load_tune_config(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[s
             if key in table:
                 table[key] = _dist(table[key], f"{name}.{key}", where)
         if "durations" in table:
-            table["duration"] = read_durations(path.parent / str(table.pop("durations")))
+            if not isinstance(table["durations"], str):
+                raise where.error(f"{name}.durations", 'must be a file name in quotes, e.g. "durations.csv"')
+            table["duration"] = read_durations(path.parent / table.pop("durations"))
         for key in ("leases", "beat_ratios", "scans", "timeouts"):
             if key in table:
-                if not isinstance(table[key], list) or not all(
-                    isinstance(v, int | float) for v in table[key]
+                values = table[key]
+                if not isinstance(values, list) or not all(
+                    isinstance(v, int | float) and not isinstance(v, bool) for v in values
                 ):
                     raise where.error(f"{name}.{key}", "must be a list of numbers, e.g. [10, 20, 30]")
-                table[key] = tuple(float(v) for v in table[key])
+                if not all(math.isfinite(v) and v > 0 for v in values) or (key != "timeouts" and not values):
+                    raise where.error(f"{name}.{key}", "must hold numbers > 0 (finite), e.g. [10, 20, 30]")
+                if key == "beat_ratios" and any(v < 2 for v in values):
+                    raise where.error(f"{name}.{key}", "lease/beat ratios must be >= 2, e.g. [2, 3, 5]")
+                table[key] = tuple(float(v) for v in values)
         out.append(table)
     return out[0], out[1], out[2]
 

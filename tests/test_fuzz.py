@@ -682,3 +682,76 @@ def test_a_detector_whose_suspect_does_not_answer_true_or_false_is_named(answer:
     exec(f"class Vague(Detector):\n    def suspect(self, job, now):\n        return {answer}\n", namespace)
     with pytest.raises(TypeError, match=r"Vague\.suspect.*must return True or False"):
         simulate(standard("fast-dead"), namespace["Vague"]())
+
+
+# -- issue 30: a Ctrl-C while the program is still importing -------------------------------------------------------
+@pytest.mark.parametrize("how", [["-m", "emqsim"], ["-m", "emqsim.cli"]], ids=["-m emqsim", "-m emqsim.cli"])
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_an_interrupt_during_the_imports_is_one_line(how: list[str], signum: str, tmp_path: Path) -> None:
+    """An import that hangs (a stand-in `simpy` that waits, as a slow disk would) is interrupted: one line,
+    exit 130 (143 for SIGTERM), no traceback."""
+    import signal
+    import time
+
+    stub = tmp_path / "stub" / "simpy"
+    stub.mkdir(parents=True)
+    marker = tmp_path / "importing"
+    stub.joinpath("__init__.py").write_text(
+        f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(60)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(stub.parent), str(ROOT)])}
+    proc = subprocess.Popen(
+        [sys.executable, *how, "run"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        assert marker.exists(), proc.communicate()
+        proc.send_signal(getattr(signal, signum))
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    word = "terminated" if signum == "SIGTERM" else "interrupted"
+    assert (proc.returncode, err, out) == (143 if signum == "SIGTERM" else 130, f"emqsim: {word}\n", "")
+
+
+# -- issue 30: no traceback, no hang, no silent accept from the command line ---------------------------------------
+TOML_FILES = {
+    "deep.toml": "a = " + "[" * 5000 + "]" * 5000 + "\n",
+    "lease-true.toml": "[search]\nleases = [true]\n",
+    "lease-nan.toml": "[search]\nleases = [nan]\n",
+    "lease-negative.toml": "[search]\nleases = [-5]\n",
+    "ratio-one.toml": "[search]\nbeat_ratios = [1]\n",
+    "durations-number.toml": "[workload]\ndurations = 5\n",
+    "workers-text.toml": '[workload]\nworkers = "2"\n',
+    "horizon-text.toml": '[workload]\nhorizon = "x"\n',
+}
+
+SHORT_CASES: list[list[str]] = [
+    ["sweep", "--lease", "10:20:1e-320"],  # OverflowError before
+    ["sweep", "--scan", "1:2:5e-324"],
+    ["run", "--horizon", "1e-320"],  # ZeroDivisionError before
+    ["run", "--horizon", "0.0004"],
+    ["timeline", "--horizon", "0.0004"],
+    ["run", "--duration", "file:/dev/zero"],  # MemoryError before
+    ["run", "--duration", "file:pipe"],  # a named pipe: hung before
+    ["run", "--config", "pipe"],
+    ["run", "--config", "big-bytes.toml"],  # 12 MB of two-byte characters, 6 M characters
+    ["tune", "--durations", "pipe"],
+    ["tune", "--durations", "/dev/zero"],
+    ["tune", "--durations", "missing-column.csv"],
+    *[["tune", "--config", name] for name in TOML_FILES],
+]
+
+
+@pytest.mark.parametrize("argv", SHORT_CASES, ids=_ids(SHORT_CASES))
+def test_inputs_that_crashed_hung_or_passed_are_one_line(
+    argv: list[str], here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    os.mkfifo(here / "pipe")
+    (here / "big-bytes.toml").write_text("# " + "é" * 6_000_000 + "\n[scenario]\n", encoding="utf-8")
+    (here / "missing-column.csv").write_text("duration,queue\n5,a\n,b\n7,c\n")
+    for name, text in TOML_FILES.items():
+        (here / name).write_text(text)
+    check_refused(argv, here, capsys)

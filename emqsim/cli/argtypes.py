@@ -81,7 +81,10 @@ def grid(text: str) -> list[float]:
             start, stop, step = (seconds(p) for p in pieces)
             if stop < start:
                 raise argparse.ArgumentTypeError(f"range {part!r} has stop < start; write it as 10:60:10")
-            count = int(math.floor((stop - start) / step + 1e-9)) + 1
+            steps = (stop - start) / step  # inf for a step of 1e-320
+            if not steps < 1000:
+                raise argparse.ArgumentTypeError(f"range {part!r} has over 1000 values; at most 1000")
+            count = int(math.floor(steps + 1e-9)) + 1
             if count > 1000:
                 raise argparse.ArgumentTypeError(f"range {part!r} has {count} values; at most 1000")
             values.extend(round(start + i * step, 9) for i in range(count))
