@@ -188,10 +188,15 @@ def reconnect_after_ms(down_ms: int) -> int:
     it: the first reconnect attempt at or after `down_ms` (attempts are made at the cumulative retry delays
     and succeed at once once Redis is reachable)."""
     elapsed, times = 0, 0
-    while elapsed < down_ms:
+    while elapsed < down_ms and reconnect_delay_ms(times + 1) < _MAX_RECONNECT_DELAY_MS:
         times += 1
         elapsed += reconnect_delay_ms(times)
+    if elapsed < down_ms:  # from here every attempt waits the 20 s cap: count them, not step them
+        elapsed += -(-(down_ms - elapsed) // _MAX_RECONNECT_DELAY_MS) * _MAX_RECONNECT_DELAY_MS
     return elapsed
+
+
+_MAX_RECONNECT_DELAY_MS = 20000  # reconnect_delay_ms's cap, reached at attempt 10 (e^10 > 20000)
 
 
 OutageSpan = tuple[int, int, "int | None"]  # (at, length) in ms, and the worker (None: every worker)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,17 @@ from emqsim.cli.argtypes import (
     whole,
 )
 from emqsim.errors import ConfigError
-from emqsim.tune import Limits, SearchSpace, Workload, figure, read_durations, report, to_json_dict, tune
+from emqsim.tune import (
+    Limits,
+    SearchSpace,
+    Workload,
+    build_candidates,
+    figure,
+    read_durations,
+    report,
+    to_json_dict,
+    tune,
+)
 
 EXAMPLE = """
 examples:
@@ -167,6 +176,7 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--seed", type=whole(0), default=0, help="root seed (default 0)")
     o.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     o.add_argument("--quiet", action="store_true", help="no progress")
+    o.add_argument("--yes", action="store_true", help="run even if the work estimate is over the limit")
     o.add_argument("--plot", type=output_path(".png", ".svg"), help="write the frontier figure")
     o.add_argument("--toml", type=output_path(".toml"), help="write the tuned scenario + policy file")
 
@@ -247,15 +257,40 @@ def build_inputs(args: argparse.Namespace) -> tuple[Workload, Limits, SearchSpac
         raise ConfigError(f"wrong type of value ({exc})") from None
 
 
+def tune_commands(workload: Workload, space: SearchSpace, verify_max: int) -> float:
+    """An upper estimate of the Redis commands a search simulates (as `run` and `sweep` estimate theirs):
+    every candidate at its most replications, and the fresh-seed check of up to 3 settings. A run lasts
+    until its jobs are done (they arrive at `workload.rate`; 10 mean durations allowed for the last) or the
+    horizon."""
+    from emqsim.cli.work import commands_per_run
+
+    mean = workload.duration.mean()
+    last = 10 * mean if math.isfinite(mean) else workload.horizon
+    span = min(workload.horizon, workload.jobs / workload.rate + last)
+    scenario = workload.scenario().with_(horizon=max(span, 0.001))
+    per_run = [commands_per_run(scenario, c.beat, c.scan) for c in build_candidates(space)]
+    return sum(per_run) * space.max_replications + 3 * verify_max * max(per_run, default=0.0)
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
+    from emqsim.cli.work import check_work, clamp_jobs, usable_cores
     from emqsim.plots import savefig
     from emqsim.stats import write_atomically
     from emqsim.tune import scenario_toml
 
     workload, limits, space = build_inputs(args)
+    verify_max = args.verify_max or 8 * args.verify
+    runs = len(build_candidates(space)) * space.max_replications + 3 * verify_max
+    check_work(
+        args,
+        tune_commands(workload, space, verify_max),
+        f"this search (up to {runs:,} runs)",
+        "--workers, --jobs-per-run, --horizon, --max-replications or the grids",
+    )
+    jobs = clamp_jobs(args.jobs) or usable_cores()
     say = (lambda msg: print(msg, file=sys.stderr)) if not args.quiet else None
     result = tune(
-        workload, limits, space, seed=args.seed, jobs=args.jobs or os.cpu_count() or 1, verify=args.verify,
+        workload, limits, space, seed=args.seed, jobs=jobs, verify=args.verify,
         verify_max=args.verify_max,
         progress=not args.quiet and sys.stderr.isatty(), say=say,
     )  # fmt: skip

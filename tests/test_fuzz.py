@@ -755,3 +755,64 @@ def test_inputs_that_crashed_hung_or_passed_are_one_line(
     for name, text in TOML_FILES.items():
         (here / name).write_text(text)
     check_refused(argv, here, capsys)
+
+
+# -- issue 30: every input bounded before the work -----------------------------------------------------------------
+BOUND_CASES: list[list[str]] = [
+    ["run", "--outage-rate", "1e9"],  # random outages were not in the estimate
+    ["sweep", "--scenario", "production", "--outage-rate", "1e9"],
+    [
+        "sweep",
+        "--preset",
+        "bullmq",
+        "--lease",
+        "0.004",
+        "--scenario",
+        "production",
+    ],  # the preset's beat follows
+    ["explore", "--workers", "1000000000"],
+    ["explore", "--fault", "freeze,length=5,length=40"],  # the last one won before
+    ["explore", "--fault", "crash,offset=1,offset=2"],
+    ["explore", "--plot", "/proc/counterexample.png"],
+    ["tune", "--workers", "100000", "--jobs-per-run", "100000000"],  # 4.8 GB at 60 s before
+]
+
+
+@pytest.mark.parametrize("argv", BOUND_CASES, ids=_ids(BOUND_CASES))
+def test_unbounded_work_is_refused_before_it_starts(
+    argv: list[str], here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    check_refused(argv, here, capsys)
+
+
+def test_an_outage_of_a_hundred_billion_seconds_ends_at_once(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The reconnect backoff stepped 20 s at a time to the end of an outage: 5e9 steps for 1e11 s."""
+    import time
+
+    from emqsim.faults import reconnect_after_ms, reconnect_delay_ms
+
+    def stepped(down_ms: int) -> int:
+        elapsed, times = 0, 0
+        while elapsed < down_ms:
+            times += 1
+            elapsed += reconnect_delay_ms(times)
+        return elapsed
+
+    assert all(reconnect_after_ms(d) == stepped(d) for d in range(0, 400_000, 13))
+    started = time.monotonic()
+    code, out, err = run_main(
+        ["run", "--outage-at", "10", "--outage-for", "1e11", "--replications", "1", "--json"], capsys
+    )
+    assert code == 0 and json.loads(out)["rows"] and time.monotonic() - started < 60
+
+
+def test_tune_gets_an_estimate_and_yes(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from emqsim.tune import SearchSpace, Workload
+    from emqsim.tune_cli import tune_commands
+
+    assert tune_commands(Workload(), SearchSpace(), 80) < 1e9  # the default search runs without --yes
+    assert tune_commands(Workload(workers=100_000, jobs=10**8), SearchSpace(), 80) > 1e9
+    code, _, err = run_main(["tune", "--workers", "100000", "--jobs-per-run", "100000000"], capsys)
+    assert code == 2 and "--yes" in err and "CPU-hours" in err

@@ -263,6 +263,8 @@ def cmd_timeline(args: argparse.Namespace) -> int:
 def cmd_explore(args: argparse.Namespace) -> int:
     from emqsim.explore import cmd_explore as run_explore
 
+    if not args.dask:
+        args.jobs = clamp_jobs(args.jobs)  # 40 processes on 2 cores only wait for each other
     return run_explore(args)
 
 

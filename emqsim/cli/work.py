@@ -32,20 +32,26 @@ def commands_per_run(scenario: Scenario, beat: float | None, scan: float) -> flo
     if beat:
         estimate += 2.0 * scenario.workers * scenario.concurrency * horizon / beat
     faults = scenario.random_faults
-    if faults is not None:
-        per_hour = (faults.crash_rate or 0) + (faults.freeze_rate or 0)
+    if faults is not None:  # every kind of random fault, each a few commands (a restart, a resend)
+        per_hour = faults.crash_rate + faults.freeze_rate + faults.block_rate + faults.outage_rate
         estimate += 10.0 * per_hour * scenario.workers * horizon / 3600
+    estimate += 10.0 * len(scenario.faults) * scenario.workers  # explicit faults: resent commands, a restart
     return estimate
 
 
-def check_work(args: argparse.Namespace, commands: float, what: str) -> None:
+def check_work(
+    args: argparse.Namespace,
+    commands: float,
+    what: str,
+    shrink: str = "the grids, --replications, --job-count, --workers or --horizon",
+) -> None:
     """Refuse, before any work, a command estimated above MAX_COMMANDS unless --yes was given."""
     if commands <= MAX_COMMANDS or getattr(args, "yes", False):
         return
     hours = commands * SECONDS_PER_COMMAND / 3600
     raise ConfigError(
         f"{what} is estimated at up to {commands:.1e} simulated Redis commands (about {hours:,.1f} CPU-hours); "
-        "shrink the grids, --replications, --job-count, --workers or --horizon, or pass --yes to run it anyway"
+        f"shrink {shrink}, or pass --yes to run it anyway"
     )
 
 
@@ -82,7 +88,9 @@ def policy_grid(
         beats.append(settings["beat"] or 0)
         scans.append(settings["scan"])
     elif args.preset:
-        settings = PRESETS[args.preset].policy().settings()
+        # the preset's heartbeat follows its lease: an overridden lease of 0.004 s beats every millisecond
+        shortest = {"lease": min(args.lease)} if args.lease else {}
+        settings = PRESETS[args.preset].policy(**shortest).settings()
         count = max(1, len(scans)) * len(args.lease or [None]) * max(1, len(beats))
         if args.timeout is not None:
             count += timeouts * max(1, len(scans))
