@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import re
 import tomllib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,8 +101,23 @@ def read_toml(path: str | Path, what: str = "scenario file") -> tuple[dict[str, 
     return data, text
 
 
-def load_config(path: str | Path) -> tuple[Scenario, ReclaimPolicy | None]:
-    """Read a TOML scenario file: a [scenario] table and an optional [policy] table."""
+def load_config(
+    path: str | Path, overrides: Sequence[Mapping[str, Any]] = ()
+) -> tuple[Scenario, ReclaimPolicy | None]:
+    """Read a TOML scenario file: a [scenario] table and an optional [policy] table.
+
+    `overrides` are settings given on the command line, which win over the file's (see `policy_overrides`);
+    with several, the policy returned is the first's and `load_policies` gives them all."""
+    scenario, policies = load_policies(path, overrides)
+    return scenario, policies[0] if policies else None
+
+
+def load_policies(
+    path: str | Path, overrides: Sequence[Mapping[str, Any]] = ()
+) -> tuple[Scenario, list[ReclaimPolicy]]:
+    """The file's scenario, and its [policy] table (none: an empty list) with each of `overrides` applied
+    in turn: a setting given replaces the file's (`lease`, `beat`, `scan`, `timeout`); a `kind` other than
+    the file's replaces the whole table (`--policy timeout` over a lease table). The file is read once."""
     path = Path(path)
     data, text = read_toml(path)
     where = _Located(path, text)
@@ -111,8 +127,18 @@ def load_config(path: str | Path) -> tuple[Scenario, ReclaimPolicy | None]:
     if "scenario" not in data:
         raise ConfigError(f"{path}: missing the [scenario] table (see emqsim/examples/*.toml)")
     scenario = _scenario(data["scenario"], where)
-    policy = _policy(data["policy"], where) if "policy" in data else None
-    return scenario, policy
+    if "policy" not in data:
+        return scenario, []
+    table = _check_keys(data["policy"], POLICY_KEYS, "policy", where)
+    policies = []
+    for given in overrides or [{}]:
+        merged = dict(table)
+        kind = given.get("kind")
+        if kind is not None and kind != merged.get("kind", "lease"):
+            merged = {"kind": kind}
+        merged.update({k: v for k, v in given.items() if k != "kind" and v is not None})
+        policies.append(_policy(merged, where))
+    return scenario, policies
 
 
 def _check_keys(

@@ -816,3 +816,30 @@ def test_tune_gets_an_estimate_and_yes(here: Path, capsys: pytest.CaptureFixture
     assert tune_commands(Workload(workers=100_000, jobs=10**8), SearchSpace(), 80) > 1e9
     code, _, err = run_main(["tune", "--workers", "100000", "--jobs-per-run", "100000000"], capsys)
     assert code == 2 and "--yes" in err and "CPU-hours" in err
+
+
+# -- issue 30: flags given explicitly win over a scenario file's [policy] table --------------------------------------
+def test_policy_flags_win_over_the_scenario_files_policy(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (here / "pol.toml").write_text(
+        '[scenario]\nworkers = 2\njobs = 3\nhorizon = 600\n[policy]\nkind = "lease"\nlease = 60\nbeat = 20\nscan = 5\n'
+    )
+
+    def settings(*argv: str) -> list[tuple[Any, ...]]:
+        code, out, err = run_main([*argv, "--config", "pol.toml", "--replications", "2", "--json"], capsys)
+        assert code == 0, err
+        return [
+            (r["policy"], r["lease"], r["beat"], r["scan"], r["timeout"]) for r in json.loads(out)["rows"]
+        ]
+
+    assert settings("run") == [("lease", 60.0, 20.0, 5.0, None)]  # the file's
+    assert settings("run", "--beat", "5") == [("lease", 60.0, 5.0, 5.0, None)]  # ignored before
+    assert settings("run", "--scan", "2") == [("lease", 60.0, 20.0, 2.0, None)]
+    assert settings("run", "--policy", "timeout") == [("timeout", None, None, 5.0, 600.0)]
+    assert settings("sweep", "--beat", "5,10", "--timeout", "none") == [
+        ("lease", 60.0, 5.0, 5.0, None),
+        ("lease", 60.0, 10.0, 5.0, None),
+    ]
+    code, _, err = run_main(["run", "--config", "pol.toml", "--beat", "70"], capsys)
+    assert_refused(code, err, "--beat 70 over a 60 s lease")

@@ -205,7 +205,8 @@ def writable_folder(what: str):
 
 CONFIG_HELP = (
     "a TOML scenario file instead of --scenario: a path, or the name of a shipped example such as "
-    "gc-pauses (list them with `emqsim examples`)"
+    "gc-pauses (list them with `emqsim examples`); policy flags given (--lease, --beat, --scan, --timeout, "
+    "--policy) win over its [policy] settings, and --preset replaces the table"
 )
 
 

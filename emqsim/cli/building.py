@@ -152,6 +152,24 @@ def timeout_policies(args: argparse.Namespace) -> list[ReclaimPolicy]:
     return [TimeoutPolicy(t, scan) for t in values for scan in (args.scan or [5.0])]
 
 
+POLICY_FLAGS = ("lease", "beat", "scan", "timeout")
+
+
+def policy_overrides(args: argparse.Namespace, flags: tuple[str, ...] = POLICY_FLAGS) -> list[dict[str, Any]]:
+    """The policy settings given on the command line, which win over a scenario file's [policy] table: one
+    dict per combination of the flags' values (a sweep's grids; `run` has one of each), with `kind` from
+    --preset or --policy. The rule is in docs/presets.md and `emqsim run --help`."""
+    kind = getattr(args, "preset", None) or getattr(args, "policy", None)
+    grids = [
+        [(name, v) for v in (value if isinstance(value, list) else [value])]
+        for name in flags
+        if (value := getattr(args, name, None)) is not None and value != []
+    ]
+    import itertools
+
+    return [{**({"kind": kind} if kind else {}), **dict(combo)} for combo in itertools.product(*grids)]
+
+
 def single_policy(args: argparse.Namespace) -> ReclaimPolicy:
     if args.preset:
         chosen = PRESETS[args.preset]

@@ -13,6 +13,7 @@ from emqsim.cli.building import (
     DEFAULT_SCENARIOS,
     fail,
     lease_policies,
+    policy_overrides,
     run_scenario,
     single_policy,
     timeout_policies,
@@ -57,19 +58,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         fail("--config", "give either --config FILE or --scenario NAME, not both")
     config_policy = None
     if args.config:
-        from emqsim.config import load_config
+        from emqsim.config import load_config, load_policies
 
         scenario, config_policy = load_config(args.config)
         scenarios = [scenario]
     else:
         scenarios = [standard(name) for name in (args.scenario or DEFAULT_SCENARIOS)]
     scenarios = [with_fault_flags(s, args) for s in scenarios]
-    use_config_policy = config_policy is not None and not (args.lease or args.preset)
+    use_config_policy = config_policy is not None and not args.preset  # a --preset replaces the table
     check_sweep_work(args, scenarios, config_policy if use_config_policy else None)
     policies: list[ReclaimPolicy]
     if use_config_policy:
-        assert config_policy is not None
-        policies = [config_policy] + timeout_policies(args)
+        # --lease, --beat and --scan given explicitly win over the file's [policy] settings, value by value
+        policies = load_policies(args.config, policy_overrides(args, ("lease", "beat", "scan")))[1]
+        policies += timeout_policies(args)
     else:
         policies = lease_policies(args) + (
             [] if args.preset and args.timeout is None else timeout_policies(args)
@@ -141,13 +143,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from emqsim.summaries import simulate_summary
 
     scenario = run_scenario(args)
-    policy = single_policy(args)
-    if args.config and not (args.lease or args.timeout or args.preset):
+    config_policy = None
+    if args.config:  # flags given explicitly win over the file's [policy] settings
         from emqsim.config import load_config
 
-        config_policy = load_config(args.config)[1]
-        policy = config_policy or policy
-    policy = with_model_options(policy, args)
+        config_policy = load_config(args.config, policy_overrides(args))[1]
+    policy = with_model_options(config_policy or single_policy(args), args)
     settings = policy.settings()
     check_work(
         args,

@@ -82,9 +82,12 @@ def policy_grid(
     timeouts = len(DEFAULT_TIMEOUTS if args.timeout is None else args.timeout)
     scans = list(args.scan or [])
     beats = list(args.beat or [])
-    if config_policy is not None:
+    if config_policy is not None:  # the file's policy, with the flags' grids over its settings
         settings = config_policy.settings()
-        count = 1 + timeouts * max(1, len(scans))
+        count = len(args.lease or [0]) * max(1, len(beats)) * max(1, len(scans))
+        count += timeouts * max(1, len(scans))
+        if not args.beat and args.lease and settings["beat"] is None:
+            beats.append(min(args.lease) / 3)
         beats.append(settings["beat"] or 0)
         scans.append(settings["scan"])
     elif args.preset:
