@@ -843,3 +843,52 @@ def test_policy_flags_win_over_the_scenario_files_policy(
     ]
     code, _, err = run_main(["run", "--config", "pol.toml", "--beat", "70"], capsys)
     assert_refused(code, err, "--beat 70 over a 60 s lease")
+
+
+# -- issue 30: warnings and notes as one line -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--lease", "10", "--beat", "6", "--replications", "1", "--job-count", "1"],
+        ["compare", "--lease", "10", "--beat", "6", "--replications", "1"],
+        ["timeline", "--lease", "10", "--beat", "6"],
+        [
+            "sweep",
+            "--lease",
+            "10",
+            "--beat",
+            "6",
+            "--scenario",
+            "fast-dead",
+            "--replications",
+            "1",
+            "--timeout",
+            "none",
+        ],
+    ],
+    ids=["run", "compare", "timeline", "sweep"],
+)
+def test_a_lease_warning_is_one_line(argv: list[str], here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_main(argv, capsys)
+    assert code == 0 and err.splitlines() == [
+        "emqsim: warning: lease/beat = 1.67 < 2: a single late or lost heartbeat lapses the lease"
+    ]
+
+
+def test_a_fault_after_the_horizon_gets_a_note(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        "run",
+        "--scenario",
+        "fast-dead",
+        "--outage-at",
+        "5000",
+        "--outage-for",
+        "10",
+        "--replications",
+        "1",
+    ]
+    code, _, err = run_main(argv, capsys)
+    assert code == 0 and err.splitlines() == [
+        "emqsim: note: fast-dead: the outage at 5000 s is at or after the horizon (3600 s): it cannot happen; "
+        "raise the horizon or move it"
+    ]

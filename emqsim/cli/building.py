@@ -86,7 +86,23 @@ def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
     if randoms:
         base = scenario.random_faults or RandomFaults(restart_after=None)
         changes["random_faults"] = replace(base, **randoms)
-    return scenario.with_(**changes) if changes else scenario
+    result = scenario.with_(**changes) if changes else scenario
+    for line in late_faults(result):
+        print(f"emqsim: note: {line}", file=sys.stderr)
+    return result
+
+
+def late_faults(scenario: Scenario) -> list[str]:
+    """One line for each fault set at or after the horizon: it cannot happen (the run stops first)."""
+    lines = []
+    for fault in scenario.faults:
+        at = getattr(fault, "at", None)
+        if at is not None and at >= scenario.horizon:
+            lines.append(
+                f"{scenario.name}: the {type(fault).__name__.lower()} at {at:g} s is at or after the horizon "
+                f"({scenario.horizon:g} s): it cannot happen; raise the horizon or move it"
+            )
+    return lines
 
 
 def with_model_options(policy: ReclaimPolicy, args: argparse.Namespace) -> ReclaimPolicy:
