@@ -1374,7 +1374,9 @@ def cmd_explore(args: Any) -> int:
         result = explore(sp, jobs=args.jobs, executor=executor, ties=not args.no_ties)
     finally:
         if client is not None:
-            client.close()
+            from emqsim.cli.work import close_dask
+
+            close_dask(client)
     if args.json:
         sys.stdout.write(json.dumps(as_json(result), indent=1) + "\n")
     else:

@@ -38,6 +38,7 @@ from emqsim.cli.work import (
     check_sweep_work,
     check_work,
     clamp_jobs,
+    close_dask,
     commands_per_run,
     dask_executor,
     progress,
@@ -107,7 +108,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         finally:
             stop.defer()  # from here on a signal is noted, never raised: the finished rows get written
             if client is not None:
-                client.close()
+                close_dask(client)
         rows = result.rows
         header = {"version": __version__, "seed": args.seed, "replications": args.replications}
         failures: list[str] = []  # outputs that could not be written after the work: said last, status 1

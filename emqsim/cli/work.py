@@ -120,13 +120,36 @@ def check_sweep_work(
     )
 
 
+_SCRATCH: dict[int, str] = {}  # a `--dask local` client's scratch folder, by id(client)
+
+
+def close_dask(client: Any) -> None:
+    """Close a client from `dask_executor`; a `--dask local` cluster is closed too and its scratch folder
+    removed (after the cluster, whose workers clean their own folders as they stop)."""
+    import shutil
+
+    scratch = _SCRATCH.pop(id(client), None)
+    cluster = client.cluster if scratch is not None else None
+    client.close()
+    if cluster is not None:
+        cluster.close()
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def dask_executor(address: str):
     try:
         from dask.distributed import Client, LocalCluster
     except ImportError:
         fail("--dask", "needs Dask: pip install 'emqsim[dask]'")
     if address == "local":
-        client = Client(LocalCluster(processes=True, dashboard_address=None))
+        # the cluster's scratch files go in a private temporary folder that close_dask removes (by default
+        # Dask leaves a dask-scratch-space/ folder in the current one)
+        import tempfile
+
+        scratch = tempfile.mkdtemp(prefix="emqsim-dask-")
+        client = Client(LocalCluster(processes=True, dashboard_address=None, local_directory=scratch))
+        _SCRATCH[id(client)] = scratch
     else:
         try:
             client = Client(address, timeout="10s")
