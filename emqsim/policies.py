@@ -11,6 +11,7 @@ fresh copy of the policy in every run, so per-run state kept on `self` is safe.
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
@@ -182,6 +183,7 @@ class Detector(ReclaimPolicy):
     name = "detector"
     swept_by: SweptBy = "reaper"
     fenced = True
+    answer_within = 5.0  # real seconds one suspect() call may take; a slower one stops the run with an error
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A subclass's own `__init__` must call `super().__init__(...)`: checked as it returns, so a detector
@@ -242,7 +244,15 @@ class Detector(ReclaimPolicy):
         reclaimed: list[str] = []
         failed: list[str] = []
         for job in queue.active_jobs():
+            started = time.monotonic()
             verdict = self.suspect(job, now)
+            took = time.monotonic() - started
+            if took > self.answer_within:
+                raise TimeoutError(
+                    f"{type(self).__qualname__}.suspect({job!r}, {now}) took {took:.1f} s of real time; a "
+                    f"detector must answer within {self.answer_within:g} s (answer_within): does it wait or "
+                    "sleep?"
+                )
             if not isinstance(verdict, bool | np.bool_):
                 raise TypeError(
                     f"{type(self).__qualname__}.suspect({job!r}, {now}) returned {verdict!r}; "

@@ -892,3 +892,22 @@ def test_a_fault_after_the_horizon_gets_a_note(here: Path, capsys: pytest.Captur
         "emqsim: note: fast-dead: the outage at 5000 s is at or after the horizon (3600 s): it cannot happen; "
         "raise the horizon or move it"
     ]
+
+
+def test_a_detector_that_blocks_is_stopped_with_a_clear_error() -> None:
+    """A suspect() that sleeps was called for every active job at every scan: hours for one run. One call
+    longer than `answer_within` real seconds (5 by default; 0.05 here) stops the run, naming it."""
+    from emqsim import Detector, standard
+    from emqsim.engine import simulate
+
+    class Sleepy(Detector):
+        answer_within = 0.05
+
+        def suspect(self, job: str, now: float) -> bool:
+            import time
+
+            time.sleep(0.2)
+            return False
+
+    with pytest.raises(TimeoutError, match=r"Sleepy\.suspect.*must answer within 0\.05 s"):
+        simulate(standard("fast-dead"), Sleepy())
