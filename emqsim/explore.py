@@ -1263,6 +1263,7 @@ def fault_spec(text: str) -> FaultSpec:
 
 
 MAX_RUNS = 1_000_000
+MAX_RUN_TICKS = 1e6  # simulated timer steps of one run (several CPU-seconds) before --yes is asked for
 MAX_WORKERS = 1000  # an explored world is small: every run simulates each worker's timers
 
 
@@ -1364,6 +1365,15 @@ def cmd_explore(args: Any) -> int:
         raise ConfigError(
             f"about {estimate:,} runs (an upper estimate) is over --max-runs {args.max_runs:,}; narrow the "
             "ranges, add --pin-sweeps or --no-ties, or pass --yes"
+        )
+    # each run lasts to a horizon that grows with the faults' lengths, every worker's timers ticking to it
+    tick_ms = sp.policy.renewal.tick_ms if sp.policy.renewal is not None else sp.policy.sweep_interval_ms
+    ticks = sp.horizon_ms / max(1, min(tick_ms, sp.policy.sweep_interval_ms)) * sp.workers * 3
+    if ticks > MAX_RUN_TICKS and not args.yes:
+        raise ConfigError(
+            f"each run lasts up to {sp.horizon_ms / 1000:,.0f} simulated s (the faults' lengths set it): "
+            f"about {ticks:.1e} timer steps per run, over {MAX_RUN_TICKS:.0e} (several CPU-seconds per run); "
+            "shorten the fault lengths or --duration, or pass --yes"
         )
     executor = client = None
     if args.dask:

@@ -774,6 +774,8 @@ BOUND_CASES: list[list[str]] = [
     ["explore", "--fault", "freeze,length=5,length=40"],  # the last one won before
     ["explore", "--fault", "crash,offset=1,offset=2"],
     ["explore", "--plot", "/proc/counterexample.png"],
+    ["explore", "--fault", "freeze,length=1e11", "--pin-sweeps", "--no-ties"],  # ran for hours per run before
+    ["explore", "--fault", "outage,length=1e11", "--pin-sweeps", "--no-ties"],
     ["tune", "--workers", "100000", "--jobs-per-run", "100000000"],  # 4.8 GB at 60 s before
 ]
 
