@@ -220,6 +220,8 @@ LIVE_CASES: list[list[str]] = [
     ["live", "--seed", "-1"],
     ["live", "--scenario", "nope"],
     ["live", "--bogus"],
+    ["live", "--redis-restart-at", "10", "--redis-restart-for", "1e12"],  # real seconds: it never ended
+    ["live", "--redis-restart-at", "5000", "--redis-restart-for", "5"],  # after the horizon
 ]
 
 
