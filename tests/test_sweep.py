@@ -410,6 +410,7 @@ def test_a_stop_request_ends_the_sweep_like_ctrl_c(jobs: int) -> None:
 
 
 # -- the cache proves what it serves (issue 30) ----------------------------------------------------------------
+@pytest.mark.slow  # a second Python process importing a copy of the package: about 5 s
 def test_an_edited_copy_of_emqsim_does_not_fill_the_real_ones_cache(tmp_path: Path) -> None:
     """A copy of the package with one result-changing edit (same version, same RESULTS_SCHEMA, same policy
     attributes) fills a cache folder; the real package finds nothing there to serve: its source differs."""
