@@ -5,6 +5,11 @@
 >>> summary = simulate_summary(standard("fast-dead"), LeasePolicy(lease=30, beat=10), seed=1)  # no records
 """
 
+# ruff: noqa: E402  (the program's quiet Ctrl-C handler goes in before the heavy imports)
+from emqsim._quiet_start import quiet_interrupts_while_starting
+
+quiet_interrupts_while_starting()  # the `emqsim` program only: a Ctrl-C during the imports below is one line
+
 from emqsim.distributions import Empirical, Exponential, Fixed, LogNormal, Uniform, parse_distribution
 from emqsim.engine import Simulation, simulate
 from emqsim.errors import ConfigError

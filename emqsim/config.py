@@ -7,12 +7,14 @@ from __future__ import annotations
 import math
 import re
 import tomllib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from emqsim.distributions import Distribution, parse_distribution
 from emqsim.errors import ConfigError
 from emqsim.faults import Block, ChildCrash, Crash, Freeze, Network, Outage, RandomFaults
+from emqsim.fileio import read_regular_text
 from emqsim.policies import LeasePolicy, ReclaimPolicy, TimeoutPolicy
 from emqsim.presets import PRESETS, preset
 from emqsim.scenario import Scenario
@@ -84,25 +86,40 @@ class _Located:
         return ConfigError(f"{at}: {where}: {message}")
 
 
-def load_config(path: str | Path) -> tuple[Scenario, ReclaimPolicy | None]:
-    """Read a TOML scenario file: a [scenario] table and an optional [policy] table."""
+def read_toml(path: str | Path, what: str = "scenario file") -> tuple[dict[str, Any], str]:
+    """The project's one TOML reader: (data, text) of a regular UTF-8 file of at most `MAX_FILE_BYTES` bytes
+    (bytes, not characters; a pipe or a device is refused, never waited on), every failure (unreadable, not
+    TOML, nested too deeply to parse) a one-line ConfigError."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file; check the path given to --config") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read it ({exc}); give a readable UTF-8 TOML file") from None
-    if len(text) > MAX_FILE_BYTES:
-        raise ConfigError(f"{path}: {len(text):,} characters; a scenario file is at most {MAX_FILE_BYTES:,}")
+    text = read_regular_text(path, MAX_FILE_BYTES, what)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {' '.join(str(exc).split())}") from None
     except RecursionError:
-        raise ConfigError(
-            f"{path}: nested too deeply; a scenario file needs a few levels of tables"
-        ) from None
+        raise ConfigError(f"{path}: nested too deeply; a {what} needs a few levels of tables") from None
+    return data, text
+
+
+def load_config(
+    path: str | Path, overrides: Sequence[Mapping[str, Any]] = ()
+) -> tuple[Scenario, ReclaimPolicy | None]:
+    """Read a TOML scenario file: a [scenario] table and an optional [policy] table.
+
+    `overrides` are settings given on the command line, which win over the file's (see `policy_overrides`);
+    with several, the policy returned is the first's and `load_policies` gives them all."""
+    scenario, policies = load_policies(path, overrides)
+    return scenario, policies[0] if policies else None
+
+
+def load_policies(
+    path: str | Path, overrides: Sequence[Mapping[str, Any]] = ()
+) -> tuple[Scenario, list[ReclaimPolicy]]:
+    """The file's scenario, and its [policy] table (none: an empty list) with each of `overrides` applied
+    in turn: a setting given replaces the file's (`lease`, `beat`, `scan`, `timeout`); a `kind` other than
+    the file's replaces the whole table (`--policy timeout` over a lease table). The file is read once."""
+    path = Path(path)
+    data, text = read_toml(path)
     where = _Located(path, text)
     unknown = sorted(set(data) - {"scenario", "policy"})
     if unknown:
@@ -110,8 +127,18 @@ def load_config(path: str | Path) -> tuple[Scenario, ReclaimPolicy | None]:
     if "scenario" not in data:
         raise ConfigError(f"{path}: missing the [scenario] table (see emqsim/examples/*.toml)")
     scenario = _scenario(data["scenario"], where)
-    policy = _policy(data["policy"], where) if "policy" in data else None
-    return scenario, policy
+    if "policy" not in data:
+        return scenario, []
+    table = _check_keys(data["policy"], POLICY_KEYS, "policy", where)
+    policies = []
+    for given in overrides or [{}]:
+        merged = dict(table)
+        kind = given.get("kind")
+        if kind is not None and kind != merged.get("kind", "lease"):
+            merged = {"kind": kind}
+        merged.update({k: v for k, v in given.items() if k != "kind" and v is not None})
+        policies.append(_policy(merged, where))
+    return scenario, policies
 
 
 def _check_keys(

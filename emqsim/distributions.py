@@ -9,13 +9,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from emqsim.errors import ConfigError
 
 
+@runtime_checkable
 class Distribution(Protocol):
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray: ...
     def survival(self, x: float) -> float: ...
@@ -140,22 +141,18 @@ class Empirical:
         return float(np.mean(self.values))
 
 
+MAX_DURATIONS_BYTES = 100_000_000  # about 10 million measured durations
+
+
 def read_durations(path: str | Path) -> Empirical:
     """Measured durations from a text/CSV file: one number of seconds per line (one column). Blank lines and
     lines starting with `#` are skipped; the first other line may be a header (e.g. `duration_s`). Any other
     problem (no such file, no values, a non-number, a negative, NaN or infinite value, several columns) is a
     ConfigError naming the file and line."""
+    from emqsim.fileio import read_regular_text
+
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise ConfigError(f"durations file {str(path)!r} does not exist; check the path") from None
-    except IsADirectoryError:
-        raise ConfigError(f"durations file {str(path)!r} is a folder; give a file of seconds") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(
-            f"cannot read durations file {str(path)!r} ({exc}); give a UTF-8 text file"
-        ) from None
+    text = read_regular_text(path, MAX_DURATIONS_BYTES, "durations file")  # a pipe or /dev/zero: refused
     values: list[float] = []
     seen_line = False
     for number, raw in enumerate(text.splitlines(), start=1):

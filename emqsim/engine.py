@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from emqsim.errors import require_instance, require_whole
 from emqsim.faults import (
     Block,
     ChildCrash,
@@ -74,10 +75,15 @@ class Simulation:
         {("renew", wid): first renewal tick (>= 1), ("sweep", wid or REAPER): first sweep (>= 0)}; timers not
         named keep their draws. `tie_break` reorders same-millisecond steps at Redis (default: the fixed
         rule). Both are for `emqsim.explore`; without them a run is what it always was."""
+        require_instance(
+            "scenario", scenario, Scenario, "a Scenario, e.g. standard('fast-dead') (not its name)"
+        )
         if not isinstance(policy, ReclaimPolicy):
             raise TypeError(
                 f"policy must be a ReclaimPolicy (LeasePolicy, TimeoutPolicy, ...), got {policy!r}"
             )
+        require_whole("seed", seed)
+        require_whole("replication", replication)
         self.scenario = scenario
         self.policy = copy.deepcopy(policy)  # per-run state of a custom policy never leaks between runs
         self.seed = seed

@@ -1223,10 +1223,14 @@ def fault_spec(text: str) -> FaultSpec:
     if kind not in FAULT_KINDS:
         raise argparse.ArgumentTypeError(f"unknown fault {kind!r}; choose one of: {', '.join(FAULT_KINDS)}")
     target, offset, params = HOLDER, None, {}
+    given: set[str] = set()
     for item in items:
         name, eq, value = item.partition("=")
         if not eq:
             raise argparse.ArgumentTypeError(f"{item!r} in {text!r} must be name=value, e.g. length=20:31")
+        if name in given:
+            raise argparse.ArgumentTypeError(f"{name!r} is given twice in {text!r}; give each setting once")
+        given.add(name)
         if name == "target":
             if not FAULT_KINDS[kind].targeted:
                 raise argparse.ArgumentTypeError(
@@ -1259,6 +1263,8 @@ def fault_spec(text: str) -> FaultSpec:
 
 
 MAX_RUNS = 1_000_000
+MAX_RUN_TICKS = 1e6  # simulated timer steps of one run (several CPU-seconds) before --yes is asked for
+MAX_WORKERS = 1000  # an explored world is small: every run simulates each worker's timers
 
 
 def add_explore_arguments(p: Any) -> None:
@@ -1279,7 +1285,12 @@ def add_explore_arguments(p: Any) -> None:
         + ", ".join(name for name, kind in FAULT_KINDS.items() if kind.params)
         + "; options offset=A:B, target=holder|other (not for restart); give one or two",
     )
-    p.add_argument("--workers", type=whole(2), default=2, help="workers in the explored world (default 2)")
+    p.add_argument(
+        "--workers",
+        type=whole(2, MAX_WORKERS),
+        default=2,
+        help=f"workers in the explored world (default 2, at most {MAX_WORKERS:,})",
+    )
     p.add_argument("--duration", type=seconds, help="the job's work (default: 1 s past the latest offset)")
     p.add_argument("--rtt", type=seconds, default=0.002, help="fixed round trip (default 0.002)")
     p.add_argument("--bound", type=seconds, help="check that a dead worker's job is reclaimed within BOUND s")
@@ -1331,6 +1342,14 @@ def cmd_explore(args: Any) -> int:
     faults = args.fault or [FaultSpec("crash")]
     if len(faults) > 2:
         raise ConfigError(f"--fault: give one fault or a pair, not {len(faults)}")
+    if args.plot:  # the files it may write, checked before the exploration rather than after it
+        from emqsim.fileio import writable_problem
+
+        path = Path(args.plot)
+        names = [f"{path.stem}-{p.name}{path.suffix}" for p in default_properties(args.bound)]
+        problem = writable_problem(path, *names)
+        if problem:
+            raise ConfigError(f"--plot: {names[0]} and the like cannot be written: {problem}")
     sp = space(
         _policy(args),
         faults,
@@ -1347,6 +1366,15 @@ def cmd_explore(args: Any) -> int:
             f"about {estimate:,} runs (an upper estimate) is over --max-runs {args.max_runs:,}; narrow the "
             "ranges, add --pin-sweeps or --no-ties, or pass --yes"
         )
+    # each run lasts to a horizon that grows with the faults' lengths, every worker's timers ticking to it
+    tick_ms = sp.policy.renewal.tick_ms if sp.policy.renewal is not None else sp.policy.sweep_interval_ms
+    ticks = sp.horizon_ms / max(1, min(tick_ms, sp.policy.sweep_interval_ms)) * sp.workers * 3
+    if ticks > MAX_RUN_TICKS and not args.yes:
+        raise ConfigError(
+            f"each run lasts up to {sp.horizon_ms / 1000:,.0f} simulated s (the faults' lengths set it): "
+            f"about {ticks:.1e} timer steps per run, over {MAX_RUN_TICKS:.0e} (several CPU-seconds per run); "
+            "shorten the fault lengths or --duration, or pass --yes"
+        )
     executor = client = None
     if args.dask:
         from emqsim.cli.work import dask_executor as _dask_executor
@@ -1356,7 +1384,9 @@ def cmd_explore(args: Any) -> int:
         result = explore(sp, jobs=args.jobs, executor=executor, ties=not args.no_ties)
     finally:
         if client is not None:
-            client.close()
+            from emqsim.cli.work import close_dask
+
+            close_dask(client)
     if args.json:
         sys.stdout.write(json.dumps(as_json(result), indent=1) + "\n")
     else:

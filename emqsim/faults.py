@@ -16,13 +16,23 @@ from dataclasses import dataclass
 import numpy as np
 
 from emqsim.distributions import Distribution, Fixed
-from emqsim.errors import ConfigError
+from emqsim.errors import (
+    ConfigError,
+    WrongType,
+    require_bool,
+    require_instance,
+    require_number,
+    require_whole,
+)
 from emqsim.units import to_ms
 
 Seconds = float | Distribution
 
 
 def _check_target(kind: str, worker: int | None, at: float | None, job: int | None) -> None:
+    require_whole(f"{kind}.worker", worker, none=True)
+    require_number(f"{kind}.at", at, none=True)
+    require_whole(f"{kind}.job", job, none=True)
     by_worker = worker is not None and at is not None
     by_job = job is not None
     if by_worker == by_job:
@@ -36,6 +46,12 @@ def _check_target(kind: str, worker: int | None, at: float | None, job: int | No
 
 
 def as_distribution(value: Seconds, name: str) -> Distribution:
+    """`value` seconds as a distribution (a number is Fixed); anything else than a number >= 0 or a
+    Distribution is refused, naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, int | float | Distribution):
+        raise WrongType(
+            f"{name} must be seconds (a number) or a Distribution such as Fixed(5.0), got {value!r}"
+        )
     if isinstance(value, int | float):
         if not math.isfinite(value) or value < 0:
             raise ConfigError(f"{name} must be >= 0 seconds, got {value}")
@@ -56,6 +72,7 @@ class Crash:
     def __post_init__(self) -> None:
         _check_target("Crash", self.worker, self.at, self.job)
         as_distribution(self.after, "Crash.after")
+        require_number("Crash.restart_after", self.restart_after, none=True)
         if self.restart_after is not None and not (self.restart_after >= 0):
             raise ConfigError(f"Crash.restart_after must be >= 0 seconds, got {self.restart_after}")
 
@@ -118,6 +135,10 @@ class Outage:
     redis_restart: bool = False
 
     def __post_init__(self) -> None:
+        for name in ("at", "duration", "lost_writes"):
+            require_number(f"Outage.{name}", getattr(self, name))
+        require_whole("Outage.worker", self.worker, none=True)
+        require_bool("Outage.redis_restart", self.redis_restart)
         if not (math.isfinite(self.at) and self.at >= 0):
             raise ConfigError(f"Outage.at must be >= 0 seconds, got {self.at}")
         if not (math.isfinite(self.lost_writes) and self.lost_writes >= 0):
@@ -148,6 +169,7 @@ class ChildCrash:
     after: Seconds = 0.0
 
     def __post_init__(self) -> None:
+        require_whole("ChildCrash.job", self.job)
         if self.job < 0:
             raise ConfigError(f"ChildCrash: job must be >= 0, got {self.job}")
         as_distribution(self.after, "ChildCrash.after")
@@ -166,10 +188,15 @@ def reconnect_after_ms(down_ms: int) -> int:
     it: the first reconnect attempt at or after `down_ms` (attempts are made at the cumulative retry delays
     and succeed at once once Redis is reachable)."""
     elapsed, times = 0, 0
-    while elapsed < down_ms:
+    while elapsed < down_ms and reconnect_delay_ms(times + 1) < _MAX_RECONNECT_DELAY_MS:
         times += 1
         elapsed += reconnect_delay_ms(times)
+    if elapsed < down_ms:  # from here every attempt waits the 20 s cap: count them, not step them
+        elapsed += -(-(down_ms - elapsed) // _MAX_RECONNECT_DELAY_MS) * _MAX_RECONNECT_DELAY_MS
     return elapsed
+
+
+_MAX_RECONNECT_DELAY_MS = 20000  # reconnect_delay_ms's cap, reached at attempt 10 (e^10 > 20000)
 
 
 OutageSpan = tuple[int, int, "int | None"]  # (at, length) in ms, and the worker (None: every worker)
@@ -266,8 +293,12 @@ class RandomFaults:
     outage_duration: Distribution = Fixed(5.0)
 
     def __post_init__(self) -> None:
+        require_number("RandomFaults.restart_after", self.restart_after, none=True)
+        for name in ("freeze_duration", "block_duration", "outage_duration"):
+            require_instance(f"RandomFaults.{name}", getattr(self, name), Distribution, "a Distribution")
         for name in ("crash_rate", "freeze_rate", "block_rate", "outage_rate"):
             value = getattr(self, name)
+            require_number(f"RandomFaults.{name}", value)
             if not math.isfinite(value) or value < 0:
                 raise ConfigError(f"RandomFaults.{name} must be >= 0 per worker-hour, got {value}")
 
@@ -285,6 +316,9 @@ class Network:
     command_timeout: float = 1.0
 
     def __post_init__(self) -> None:
+        require_instance("Network.rtt", self.rtt, Distribution, "a Distribution, e.g. Fixed(0.002)")
+        require_number("Network.loss", self.loss)
+        require_number("Network.command_timeout", self.command_timeout)
         if not (0.0 <= self.loss < 1.0):
             raise ConfigError(f"network loss must be a probability in [0, 1), got {self.loss}")
         if self.loss_on not in ("renewals", "all"):

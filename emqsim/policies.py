@@ -11,11 +11,14 @@ fresh copy of the policy in every run, so per-run state kept on `self` is safe.
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
-from emqsim.errors import ConfigError
+import numpy as np
+
+from emqsim.errors import ConfigError, WrongType, require_bool, require_instance, require_whole
 from emqsim.protocol import FinishReply, Queue, SweepReply
 from emqsim.units import to_ms, to_s
 
@@ -27,7 +30,9 @@ class LeaseWarning(UserWarning):
 
 
 def _require_positive(name: str, seconds: float) -> None:
-    if not isinstance(seconds, int | float) or not math.isfinite(seconds) or seconds <= 0:
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise WrongType(f"{name} must be a positive number of seconds, got {seconds!r}")
+    if not math.isfinite(seconds) or seconds <= 0:
         raise ConfigError(f"{name} must be a positive number of seconds, got {seconds!r}")
     if to_ms(seconds) < 1:
         raise ConfigError(
@@ -178,9 +183,30 @@ class Detector(ReclaimPolicy):
     name = "detector"
     swept_by: SweptBy = "reaper"
     fenced = True
+    answer_within = 5.0  # real seconds one suspect() call may take; a slower one stops the run with an error
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass's own `__init__` must call `super().__init__(...)`: checked as it returns, so a detector
+        that forgot it fails at construction with a TypeError saying so, not deep inside a run."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__init__")
+        if own is None:
+            return
+
+        def __init__(self: Detector, *args: Any, **kw: Any) -> None:
+            own(self, *args, **kw)
+            if type(self) is cls and "renewal" not in vars(self):
+                raise TypeError(
+                    f"{cls.__qualname__}.__init__ must call super().__init__(beat=..., scan=...): "
+                    "the Detector's beat and scan are not set"
+                )
+
+        __init__.__doc__, __init__.__wrapped__ = own.__doc__, own  # type: ignore[attr-defined]
+        cls.__init__ = __init__  # type: ignore[method-assign]
 
     def __init__(self, beat: float = 2.0, scan: float = 1.0, max_stalled: int | None = None) -> None:
         _require_positive("beat", beat)
+        require_whole("max_stalled", max_stalled, none=True)
         self.beat = beat
         self.scan = scan
         self.max_stalled = max_stalled  # reclaims of one job before it goes to `failed` (None: never)
@@ -218,7 +244,21 @@ class Detector(ReclaimPolicy):
         reclaimed: list[str] = []
         failed: list[str] = []
         for job in queue.active_jobs():
-            if self.suspect(job, now):
+            started = time.monotonic()
+            verdict = self.suspect(job, now)
+            took = time.monotonic() - started
+            if took > self.answer_within:
+                raise TimeoutError(
+                    f"{type(self).__qualname__}.suspect({job!r}, {now}) took {took:.1f} s of real time; a "
+                    f"detector must answer within {self.answer_within:g} s (answer_within): does it wait or "
+                    "sleep?"
+                )
+            if not isinstance(verdict, bool | np.bool_):
+                raise TypeError(
+                    f"{type(self).__qualname__}.suspect({job!r}, {now}) returned {verdict!r}; "
+                    "it must return True or False"
+                )
+            if verdict:
                 result = queue.reclaim(job, self.max_stalled)
                 if result is not None:
                     (reclaimed if result == "reclaimed" else failed).append(job)
@@ -264,6 +304,9 @@ class LeasePolicy(ReclaimPolicy):
     ) -> None:
         _require_positive("lease", lease)
         _require_positive("drain_delay", drain_delay)
+        require_bool("two_phase", two_phase)
+        require_whole("max_stalled", max_stalled, none=True)
+        require_instance("name", name, str, "a string")
         if take not in ("atomic", "after-wakeup"):
             raise ConfigError(f"take must be 'atomic' or 'after-wakeup', got {take!r}")
         if not isinstance(lazy_fail, bool):
@@ -363,6 +406,9 @@ class TimeoutPolicy(ReclaimPolicy):
     ) -> None:
         _require_positive("timeout", timeout)
         _require_positive("scan", scan)
+        require_bool("fenced", fenced)
+        require_whole("max_stalled", max_stalled, none=True)
+        require_instance("name", name, str, "a string")
         if swept_by not in ("workers", "reaper"):
             raise ConfigError(f"swept_by must be 'workers' or 'reaper', got {swept_by!r}")
         self.timeout_ms = to_ms(timeout)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from emqsim.distributions import Distribution, Fixed, LogNormal
-from emqsim.errors import ConfigError
+from emqsim.errors import ConfigError, require_instance, require_number
 from emqsim.faults import Block, ChildCrash, Crash, Freeze, Network, Outage, RandomFaults  # noqa: F401
 
 
@@ -51,6 +51,26 @@ class Scenario:
     remove_on_complete: bool = False
 
     def __post_init__(self) -> None:
+        for name in ("name", "queue"):
+            require_instance(f"Scenario.{name}", getattr(self, name), str, "a string")
+        require_instance(
+            "Scenario.duration", self.duration, Distribution, "a Distribution, e.g. Fixed(60.0) for 60 s"
+        )
+        require_instance(
+            "Scenario.faults", self.faults, tuple, "a tuple of faults, e.g. (Crash(job=0, after=1.0),)"
+        )
+        for index, fault in enumerate(self.faults):
+            require_instance(
+                f"Scenario.faults[{index}]", fault, (Crash, Freeze, Block, Outage, ChildCrash),
+                "a Crash, Freeze, Block, Outage or ChildCrash",
+            )  # fmt: skip
+        if self.random_faults is not None:
+            require_instance(
+                "Scenario.random_faults", self.random_faults, RandomFaults, "RandomFaults or None"
+            )
+        require_instance("Scenario.network", self.network, Network, "a Network, e.g. Network()")
+        require_number("Scenario.arrival_rate", self.arrival_rate, none=True)
+        require_number("Scenario.horizon", self.horizon)
         for name in ("workers", "concurrency", "jobs"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -59,6 +79,10 @@ class Scenario:
             raise ConfigError(f"arrival_rate must be > 0 jobs per second, got {self.arrival_rate}")
         if not (math.isfinite(self.horizon) and self.horizon > 0):
             raise ConfigError(f"horizon must be > 0 seconds, got {self.horizon}")
+        if self.horizon < 0.001:
+            raise ConfigError(
+                f"horizon must be at least 0.001 s (the clock counts whole milliseconds), got {self.horizon:g}"
+            )
         if self.phases not in ("random", "aligned"):
             raise ConfigError(f"phases must be 'random' or 'aligned', got {self.phases!r}")
         if not isinstance(self.remove_on_complete, bool):

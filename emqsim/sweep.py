@@ -5,9 +5,12 @@ same workload and faults in replication r (common random numbers), and serial, p
 give identical rows.
 
 The resume cache cannot serve wrong numbers: an entry's name is a digest of everything that determines the
-cell's results (scenario, policy, seed, replications, `RESULTS_SCHEMA`), and the entry itself holds that
-identity in full and is checked against it, field by field and type by type, before it is used. Anything
-else (unreadable, damaged, another cell's, a folder) is recomputed with a one-line notice.
+cell's results (scenario, policy, seed, replications, `RESULTS_SCHEMA`, a digest of emqsim's own source files
+and of any user class the cell holds, such as a `Detector` subclass, and the versions of Python and the
+libraries that compute), and the entry itself holds that identity in full and is checked against it, field by
+field and type by type, before it is used; it carries a checksum of its content and may hold no NaN or
+infinity. Anything else (unreadable, damaged, edited, another cell's, a folder) is recomputed with a one-line
+notice.
 
 Ctrl-C (KeyboardInterrupt) ends a sweep promptly: pool workers ignore SIGINT and are killed, not waited for;
 cells that finished, including ones whose results arrived while stopping, are kept; a second Ctrl-C while
@@ -18,9 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import os
+import platform
 import signal
 import sys
 import threading
@@ -30,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from emqsim.errors import require_instance, require_whole
 from emqsim.fileio import write_atomically
 from emqsim.policies import ReclaimPolicy
 from emqsim.pools import SignalsHeld, batches, result_of, start_pool, stop_pool, submit_all, wait_some
@@ -38,7 +44,8 @@ from emqsim.scenario import Scenario
 from emqsim.stats import RunSummary, aggregate, paired_difference
 from emqsim.summaries import simulate_summary
 
-CACHE_FORMAT = 2  # the layout of a cache entry (identity + summaries)
+CACHE_FORMAT = 3  # the layout of a cache entry (identity + summaries + checksum)
+COMPUTING_LIBRARIES = ("simpy", "numpy", "scipy")  # their versions are part of every cache key
 
 
 @dataclass
@@ -60,16 +67,165 @@ class Cell:
             "replications": replications,
             "results_schema": schema,
             "version": version,
+            "code": code_digest(),
+            "user_code": user_code_digest(self),
+            "python": platform.python_version(),
+            "libraries": library_versions(),
         }
 
     def key(self, seed: int, replications: int, version: str, schema: int = RESULTS_SCHEMA) -> str:
         """A digest of `identity` (the cache entry's file name)."""
-        text = json.dumps(self.identity(seed, replications, version, schema), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:32]
+        return _digest(self.identity(seed, replications, version, schema))
 
 
 def _policy_state(policy: ReclaimPolicy) -> dict[str, str]:
     return {k: repr(v) for k, v in sorted(vars(policy).items())}
+
+
+_PACKAGE = Path(__file__).resolve().parent
+_CODE_SUFFIXES = (".py", ".lua")
+
+
+@functools.cache
+def code_digest() -> str:
+    """A digest of emqsim's own source files (every .py and .lua in the package, by path and content), so a
+    cache filled by an edited copy of emqsim is never served by another. Computed once per process (~1 MB)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in _PACKAGE.rglob("*") if p.suffix in _CODE_SUFFIXES and p.is_file()):
+        digest.update(path.relative_to(_PACKAGE).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+@functools.cache
+def library_versions() -> dict[str, str | None]:
+    """The installed versions of the libraries a run computes with."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found: dict[str, str | None] = {}
+    for name in COMPUTING_LIBRARIES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def user_code_digest(cell: Cell) -> str | None:
+    """A digest of the code of every class outside emqsim that the cell's policy or scenario is made of (a
+    `Detector` subclass, a user distribution), None when there is none. Per class: its file (helpers beside it
+    count too), its source as `inspect.getsource` finds it (a notebook cell), and the compiled code of each of
+    its methods with the simple values its closures and globals give them (two classes of one name in one
+    file, or made by one factory with other numbers, differ there)."""
+    classes = sorted(
+        _user_classes((cell.scenario, cell.policy)), key=lambda c: (c.__module__, c.__qualname__)
+    )
+    if not classes:
+        return None
+    digest = hashlib.sha256()
+    for cls in classes:
+        digest.update(f"{cls.__module__}.{cls.__qualname__}\0".encode())
+        _hash_class(digest, cls)
+    return digest.hexdigest()
+
+
+def _hash_class(digest: Any, cls: type) -> None:
+    import inspect
+
+    filename = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    if filename:
+        with contextlib.suppress(OSError):
+            digest.update(hashlib.sha256(Path(filename).read_bytes()).digest())
+    with contextlib.suppress(OSError, TypeError):
+        digest.update(inspect.getsource(cls).encode())
+    for name, member in sorted(vars(cls).items()):
+        for function in _functions_of(member):
+            code = function.__code__
+            digest.update(name.encode() + b"\0" + _code_text(code).encode())
+            cells = [c.cell_contents for c in function.__closure__ or () if _has_contents(c)]
+            digest.update(repr([v for v in cells if _simple(v)]).encode())
+            names = sorted(_names_used(code))
+            digest.update(repr([(n, function.__globals__[n]) for n in names
+                                if _simple(function.__globals__.get(n, object))]).encode())  # fmt: skip
+
+
+def _functions_of(member: Any) -> list[Any]:
+    if isinstance(member, staticmethod | classmethod):
+        member = member.__func__
+    if isinstance(member, property):
+        return [f for f in (member.fget, member.fset, member.fdel) if hasattr(f, "__code__")]
+    return [member] if hasattr(member, "__code__") else []
+
+
+def _has_contents(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:  # an empty cell
+        return False
+    return True
+
+
+def _simple(value: Any) -> bool:
+    if isinstance(value, tuple | list):  # not sets: their repr's order changes with PYTHONHASHSEED
+        return all(_simple(v) for v in value)
+    return isinstance(value, str | bytes | int | float | bool | type(None))
+
+
+def _code_text(code: Any) -> str:
+    """A code object as text that is the same in every process (marshal writes a frozenset constant in its
+    hash order, which PYTHONHASHSEED changes): its bytecode, names and constants, nested code included."""
+    consts = []
+    for const in code.co_consts:
+        if hasattr(const, "co_code"):
+            consts.append(_code_text(const))
+        elif isinstance(const, frozenset):
+            consts.append(repr(sorted(map(repr, const))))
+        else:
+            consts.append(repr(const))
+    return repr((code.co_code.hex(), code.co_names, code.co_varnames, code.co_freevars, consts))
+
+
+def _names_used(code: Any) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _names_used(const)
+    return names
+
+
+def _user_classes(root: object) -> set[type]:
+    """Classes defined outside emqsim, the standard library and the computing libraries, of every object
+    reachable from `root` through containers, dataclass fields and instance attributes (and their bases)."""
+    found: set[type] = set()
+    seen: set[int] = set()
+    stack: list[tuple[object, int]] = [(root, 0)]
+    while stack:
+        obj, depth = stack.pop()
+        if id(obj) in seen or depth > 20:
+            continue
+        seen.add(id(obj))
+        for cls in type(obj).__mro__:
+            if _is_user_class(cls):
+                found.add(cls)
+        if isinstance(obj, str | bytes | int | float | bool | type(None)):
+            continue
+        if isinstance(obj, dict):
+            stack.extend((v, depth + 1) for item in obj.items() for v in item)
+        elif isinstance(obj, list | tuple | set | frozenset):
+            stack.extend((v, depth + 1) for v in obj)
+        elif hasattr(obj, "__dict__") and not isinstance(obj, type):
+            stack.extend((v, depth + 1) for v in vars(obj).values())
+        elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            stack.extend((getattr(obj, f.name, None), depth + 1) for f in dataclasses.fields(obj))
+    return found
+
+
+_LIBRARY_ROOTS = frozenset({"emqsim", "builtins", "numpy", "scipy", "simpy", "abc", "typing", "enum"})
+
+
+def _is_user_class(cls: type) -> bool:
+    root = cls.__module__.split(".")[0]
+    return not (root in _LIBRARY_ROOTS or root in sys.stdlib_module_names)
 
 
 def run_batch(tasks: Sequence[tuple[int, Scenario, ReclaimPolicy, int, int]]) -> list[tuple[int, RunSummary]]:
@@ -119,8 +275,13 @@ def run_sweep(
 
     version = version or __version__
     notice = on_notice or _print_notice
-    if replications < 1:
-        raise ValueError("replications must be >= 1")
+    require_whole("replications", replications, low=1)
+    require_whole("seed", seed)
+    require_whole("jobs", jobs, low=1, none=True)
+    for index, cell in enumerate(cells):
+        require_instance(f"cells[{index}]", cell, Cell, "a Cell(scenario, policy)")
+        require_instance(f"cells[{index}].scenario", cell.scenario, Scenario, "a Scenario")
+        require_instance(f"cells[{index}].policy", cell.policy, ReclaimPolicy, "a ReclaimPolicy")
     cache = Path(cache_dir) if cache_dir is not None else None
     per_cell: list[list[RunSummary | None]] = [[None] * replications for _ in cells]
     cached = 0
@@ -236,16 +397,17 @@ def _load(
     notice: Callable[[str], None],
 ) -> list[RunSummary] | None:
     """The cell's cached summaries, or None (missing, or unusable: then recomputed with a notice)."""
-    path = cache / f"{cell.key(seed, replications, version)}.json"
+    identity = cell.identity(seed, replications, version)
+    path = cache / f"{_digest(identity)}.json"
     try:
         if not path.exists() and not path.is_symlink():
             return None
         if not path.is_file():
             raise _BadEntry("not a regular file")
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        data = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_refuse_constant)
         if not isinstance(data, dict) or data.get("format") != CACHE_FORMAT:
             raise _BadEntry("an old or unknown layout")
-        if data.get("identity") != cell.identity(seed, replications, version):
+        if data.get("identity") != identity:
             raise _BadEntry("it belongs to another cell")
         items = data.get("summaries")
         if not isinstance(items, list) or len(items) != replications:
@@ -254,6 +416,8 @@ def _load(
         for rep, summary in enumerate(summaries):
             if (summary.replication, summary.seed, summary.scenario) != (rep, seed, cell.scenario.name):
                 raise _BadEntry(f"run {rep} is another cell's or replication's")
+        if data.get("checksum") != _checksum(identity, items):
+            raise _BadEntry("its checksum does not match its content: edited or damaged")
         return summaries
     except (_BadEntry, OSError, ValueError, RecursionError) as exc:
         reason = str(exc) if isinstance(exc, _BadEntry) else f"unreadable: {type(exc).__name__}"
@@ -263,6 +427,22 @@ def _load(
 
 class _BadEntry(Exception):
     pass
+
+
+def _refuse_constant(name: str) -> Any:
+    """json's hook for NaN, Infinity and -Infinity: no cache entry can hold them (they are stored with
+    allow_nan=False), so one that does was written by someone else."""
+    raise _BadEntry(f"it holds {name}, which no run can produce")
+
+
+def _digest(identity: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _checksum(identity: dict[str, Any], summaries: Any) -> str:
+    """A SHA-256 of an entry's identity and runs: a hand edit or a damaged byte no longer matches it."""
+    text = json.dumps({"identity": identity, "summaries": summaries}, sort_keys=True, allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 _SUMMARY_FIELDS = {f.name: f for f in dataclasses.fields(RunSummary)}
@@ -295,13 +475,16 @@ def _store(
     summaries: Sequence[RunSummary | None],
     notice: Callable[[str], None],
 ) -> None:
-    entry = {
-        "format": CACHE_FORMAT,
-        "identity": cell.identity(seed, replications, version),
-        "summaries": [asdict(s) for s in summaries],  # type: ignore[arg-type]
-    }
-    path = cache / f"{cell.key(seed, replications, version)}.json"
+    identity = cell.identity(seed, replications, version)
+    items = [asdict(s) for s in summaries]  # type: ignore[arg-type]
+    path = cache / f"{_digest(identity)}.json"
     try:
+        entry = {
+            "format": CACHE_FORMAT,
+            "identity": identity,
+            "summaries": items,
+            "checksum": _checksum(identity, items),
+        }
         cache.mkdir(parents=True, exist_ok=True)
         write_atomically(path, json.dumps(entry, allow_nan=False))
     except (OSError, ValueError) as exc:

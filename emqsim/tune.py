@@ -235,13 +235,10 @@ def read_durations(path: str | os.PathLike) -> Empirical:
     """Job durations from a file: one number of seconds per line, or a CSV with a `duration` (seconds) column,
     or BullMQ's `processedOn` and `finishedOn` columns (epoch milliseconds). Blank lines and `#` comments are
     skipped."""
+    from emqsim.fileio import read_regular_text
+
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file; check the path of the durations file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read it ({exc}); give a UTF-8 text or CSV file") from None
+    text = read_regular_text(path, distributions.MAX_DURATIONS_BYTES, "durations file")  # never a pipe
     lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     if not lines:
         raise ConfigError(f"{path}: no durations in it; one number of seconds per line, or a CSV")
@@ -271,7 +268,12 @@ def read_durations(path: str | os.PathLike) -> Empirical:
             values.append((end - start) / 1000)
     elif "duration" in header or "duration_s" in header:
         col = header.index("duration" if "duration" in header else "duration_s")
-        values = [number(row[col], n) for n, row in enumerate(rows[1:], start=2) if len(row) > col]
+        for n, row in enumerate(rows[1:], start=2):
+            if len(row) <= col or not row[col].strip():
+                raise ConfigError(
+                    f"{path}: row {n} has no value in the {header[col]} column; give every row its duration"
+                )
+            values.append(number(row[col], n))
     else:
         values = [number(row[0], n) for n, row in enumerate(rows, start=1)]
     if not values:

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import math
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,17 @@ from emqsim.cli.argtypes import (
     whole,
 )
 from emqsim.errors import ConfigError
-from emqsim.tune import Limits, SearchSpace, Workload, figure, read_durations, report, to_json_dict, tune
+from emqsim.tune import (
+    Limits,
+    SearchSpace,
+    Workload,
+    build_candidates,
+    figure,
+    read_durations,
+    report,
+    to_json_dict,
+    tune,
+)
 
 EXAMPLE = """
 examples:
@@ -167,6 +176,7 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--seed", type=whole(0), default=0, help="root seed (default 0)")
     o.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     o.add_argument("--quiet", action="store_true", help="no progress")
+    o.add_argument("--yes", action="store_true", help="run even if the work estimate is over the limit")
     o.add_argument("--plot", type=output_path(".png", ".svg"), help="write the frontier figure")
     o.add_argument("--toml", type=output_path(".toml"), help="write the tuned scenario + policy file")
 
@@ -174,15 +184,9 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
 # -- TOML input -------------------------------------------------------------------------------------------------
 def load_tune_config(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """([workload], [limits], [search]) as keyword arguments, distributions parsed, errors naming the line."""
-    from emqsim.config import _dist, _Located
+    from emqsim.config import _dist, _Located, read_toml
 
-    try:
-        text = path.read_text(encoding="utf-8")
-        data = tomllib.loads(text)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read it ({exc})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    data, text = read_toml(path, "tune file")  # the project's one TOML reader: size, type and depth checked
     where = _Located(path, text)
     tables = {"workload": WORKLOAD_KEYS, "limits": LIMIT_KEYS, "search": SEARCH_KEYS}
     for key in data:
@@ -201,14 +205,21 @@ def load_tune_config(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[s
             if key in table:
                 table[key] = _dist(table[key], f"{name}.{key}", where)
         if "durations" in table:
-            table["duration"] = read_durations(path.parent / str(table.pop("durations")))
+            if not isinstance(table["durations"], str):
+                raise where.error(f"{name}.durations", 'must be a file name in quotes, e.g. "durations.csv"')
+            table["duration"] = read_durations(path.parent / table.pop("durations"))
         for key in ("leases", "beat_ratios", "scans", "timeouts"):
             if key in table:
-                if not isinstance(table[key], list) or not all(
-                    isinstance(v, int | float) for v in table[key]
+                values = table[key]
+                if not isinstance(values, list) or not all(
+                    isinstance(v, int | float) and not isinstance(v, bool) for v in values
                 ):
                     raise where.error(f"{name}.{key}", "must be a list of numbers, e.g. [10, 20, 30]")
-                table[key] = tuple(float(v) for v in table[key])
+                if not all(math.isfinite(v) and v > 0 for v in values) or (key != "timeouts" and not values):
+                    raise where.error(f"{name}.{key}", "must hold numbers > 0 (finite), e.g. [10, 20, 30]")
+                if key == "beat_ratios" and any(v < 2 for v in values):
+                    raise where.error(f"{name}.{key}", "lease/beat ratios must be >= 2, e.g. [2, 3, 5]")
+                table[key] = tuple(float(v) for v in values)
         out.append(table)
     return out[0], out[1], out[2]
 
@@ -246,15 +257,40 @@ def build_inputs(args: argparse.Namespace) -> tuple[Workload, Limits, SearchSpac
         raise ConfigError(f"wrong type of value ({exc})") from None
 
 
+def tune_commands(workload: Workload, space: SearchSpace, verify_max: int) -> float:
+    """An upper estimate of the Redis commands a search simulates (as `run` and `sweep` estimate theirs):
+    every candidate at its most replications, and the fresh-seed check of up to 3 settings. A run lasts
+    until its jobs are done (they arrive at `workload.rate`; 10 mean durations allowed for the last) or the
+    horizon."""
+    from emqsim.cli.work import commands_per_run
+
+    mean = workload.duration.mean()
+    last = 10 * mean if math.isfinite(mean) else workload.horizon
+    span = min(workload.horizon, workload.jobs / workload.rate + last)
+    scenario = workload.scenario().with_(horizon=max(span, 0.001))
+    per_run = [commands_per_run(scenario, c.beat, c.scan) for c in build_candidates(space)]
+    return sum(per_run) * space.max_replications + 3 * verify_max * max(per_run, default=0.0)
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
+    from emqsim.cli.work import check_work, clamp_jobs, usable_cores
     from emqsim.plots import savefig
     from emqsim.stats import write_atomically
     from emqsim.tune import scenario_toml
 
     workload, limits, space = build_inputs(args)
+    verify_max = args.verify_max or 8 * args.verify
+    runs = len(build_candidates(space)) * space.max_replications + 3 * verify_max
+    check_work(
+        args,
+        tune_commands(workload, space, verify_max),
+        f"this search (up to {runs:,} runs)",
+        "--workers, --jobs-per-run, --horizon, --max-replications or the grids",
+    )
+    jobs = clamp_jobs(args.jobs) or usable_cores()
     say = (lambda msg: print(msg, file=sys.stderr)) if not args.quiet else None
     result = tune(
-        workload, limits, space, seed=args.seed, jobs=args.jobs or os.cpu_count() or 1, verify=args.verify,
+        workload, limits, space, seed=args.seed, jobs=jobs, verify=args.verify,
         verify_max=args.verify_max,
         progress=not args.quiet and sys.stderr.isatty(), say=say,
     )  # fmt: skip

@@ -21,6 +21,7 @@ LAYERS: list[tuple[str, list[str]]] = [
         [
             "emqsim._simpy_fast",
             "emqsim.errors",
+            "emqsim._quiet_start",
             "emqsim.units",
             "emqsim.keys",
             "emqsim.records",

@@ -125,7 +125,9 @@ def test_a_damaged_cache_entry_is_one_notice_line_from_the_command_line(
     assert main(args) == 0
     first = json.loads(capsys.readouterr().out)["rows"]
     entry = sorted(tmp_path.glob("*.json"))[0]
-    entry.write_text('{"format": 2, "identity": {}, "summaries": []}')
+    from emqsim.sweep import CACHE_FORMAT
+
+    entry.write_text(json.dumps({"format": CACHE_FORMAT, "identity": {}, "summaries": []}))
     assert main(args) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["rows"] == first

@@ -59,7 +59,7 @@ def test_dask_runs_on_the_cluster_workers(client: distributed.Client) -> None:
     assert len(pids) == 2 and os.getpid() not in pids
 
 
-def sweep_cli(*extra: str) -> dict:
+def sweep_cli(*extra: str, cwd: Path | None = None) -> dict:
     args = ["sweep", "--scenario", "fast-dead", "--scenario", "frozen", "--timeout", "60,600"]
     args += ["--replications", str(REPS), "--json", "--quiet", *extra]
     env = {
@@ -72,11 +72,19 @@ def sweep_cli(*extra: str) -> dict:
         text=True,
         timeout=120,
         env=env,
-        cwd=ROOT,
+        cwd=cwd or ROOT,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "ERROR" not in proc.stderr, proc.stderr[-2000:]
     return json.loads(proc.stdout)
 
 
-def test_cli_dask_local_equals_serial() -> None:
-    assert sweep_cli("--dask", "local") == sweep_cli("--jobs", "1")
+def test_cli_dask_local_equals_serial(tmp_path: Path) -> None:
+    """... and leaves nothing behind: no dask-scratch-space/ in the current folder, no scratch folder of its
+    own in the temporary one (issue 30)."""
+    import tempfile
+
+    before = set(Path(tempfile.gettempdir()).glob("emqsim-dask-*"))
+    assert sweep_cli("--dask", "local", cwd=tmp_path) == sweep_cli("--jobs", "1")
+    assert list(tmp_path.iterdir()) == []
+    assert set(Path(tempfile.gettempdir()).glob("emqsim-dask-*")) <= before

@@ -220,6 +220,8 @@ LIVE_CASES: list[list[str]] = [
     ["live", "--seed", "-1"],
     ["live", "--scenario", "nope"],
     ["live", "--bogus"],
+    ["live", "--redis-restart-at", "10", "--redis-restart-for", "1e12"],  # real seconds: it never ended
+    ["live", "--redis-restart-at", "5000", "--redis-restart-for", "5"],  # after the horizon
 ]
 
 
@@ -519,3 +521,397 @@ def test_the_case_count() -> None:
     """The issue asked for at least 150 hand-written or tabled malformed inputs (generated ones come on top)."""
     tabled = len(SWEEP_CASES + RUN_CASES + OTHER_CASES + LIVE_CASES) + len(FILE_CASES) + 3 * len(WHOLE_FILES)
     assert tabled >= 150
+
+
+# -- issue 30: output paths checked by doing it, rows that survive a failed write ----------------------------------
+LONG = "a" * 300  # longer than any file system's name limit (255 bytes)
+NEAR = "b" * 240  # fits, but NAME.partial.csv and the temporary name beside it do not
+
+PATH_CASES: list[list[str]] = [
+    ["sweep", "--out", "dangling.csv"],  # a symbolic link into a missing folder
+    ["sweep", "--out", f"{LONG}.csv"],
+    ["sweep", "--out", f"{NEAR}.csv"],
+    ["sweep", "--plot", f"{LONG}.png"],
+    ["sweep", "--plot", "/proc/emqsim.png"],  # a folder nobody can create files in, not even root
+    ["sweep", "--out", "/proc/rows.csv"],
+    ["sweep", "--cache", LONG],
+    ["sweep", "--cache", "/proc/emqsim-cache"],
+    ["sweep", "--config", LONG],
+    ["run", "--config", f"{LONG}.toml"],
+    ["timeline", "--out", f"{LONG}.png"],
+    ["figures", "--out", LONG],
+    ["figures", "--out", "/proc/emqsim-figures"],
+    ["grade", f"{LONG}.ipynb"],
+    ["tune", "--durations", LONG],
+    ["tune", "--config", LONG],
+    ["tune", "--plot", "/proc/f.png"],
+]
+
+
+@pytest.mark.parametrize("argv", PATH_CASES, ids=[" ".join(c)[:60] for c in PATH_CASES])
+def test_output_and_input_paths_are_checked_by_doing_it_up_front(
+    argv: list[str], here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (here / "dangling.csv").symlink_to(here / "missing" / "rows.csv")
+    check_refused(argv, here, capsys)
+
+
+def test_rows_that_cannot_be_written_after_the_work_go_to_a_named_file(
+    here: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The --out file fails after every cell ran (its folder removed, a full disk): the rows go to a fallback
+    file whose name one line gives, exit status 1; if that fails too, to standard output."""
+    import tempfile
+
+    import emqsim.cli.saving as saving
+
+    real = saving.write_rows
+    spare = here / "spare"
+    spare.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spare))
+
+    def failing(path: Path, rows: Any, header: Any) -> None:
+        if path.parent != spare:
+            raise OSError(27, "File too large")
+        real(path, rows, header)
+
+    monkeypatch.setattr(saving, "write_rows", failing)
+    argv = ["sweep", "--scenario", "fast-dead", "--lease", "30", "--beat", "10", "--timeout", "none",
+            "--replications", "2", "--jobs", "1", "--quiet", "--out", "rows.csv"]  # fmt: skip
+    code, out, err = run_main(argv, capsys)
+    (fallback,) = spare.iterdir()
+    assert code == 1 and err.splitlines() == [
+        f"emqsim sweep: error: could not write rows.csv (File too large); the 1 rows are in {fallback}"
+    ]
+    assert "fast-dead" in fallback.read_text() and not (here / "rows.csv").exists()
+
+    monkeypatch.setattr(saving, "write_rows", lambda *a: (_ for _ in ()).throw(OSError(28, "No space")))
+    code, out, err = run_main(argv, capsys)
+    assert code == 1 and err.strip().endswith("the 1 rows are on standard output above")
+    assert out.startswith("scenario,") and "fast-dead" in out.splitlines()[1]
+
+
+def test_a_failed_plot_write_leaves_no_temporary_file(here: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import matplotlib.pyplot as plt
+
+    from emqsim import fileio
+    from emqsim.plots import savefig
+
+    def full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(fileio.os, "fsync", full)
+    fig = plt.figure()
+    with pytest.raises(OSError):
+        savefig(fig, here / "f.png")
+    plt.close(fig)
+    assert not [p for p in here.iterdir() if p.name.startswith(".")]
+
+
+# -- issue 30: the Python API names the bad argument, at construction ---------------------------------------------
+def _api_cases() -> dict[str, Any]:
+    from emqsim import Detector, LeasePolicy, Scenario, TimeoutPolicy, standard
+    from emqsim.engine import simulate
+    from emqsim.faults import Block, ChildCrash, Crash, Freeze, Network, Outage, RandomFaults
+    from emqsim.sweep import Cell, run_sweep
+
+    class Forgetful(Detector):
+        def __init__(self, threshold: float) -> None:  # forgot super().__init__()
+            self.threshold = threshold
+
+        def suspect(self, job: str, now: float) -> bool:
+            return now > self.threshold
+
+    cell = [Cell(standard("fast-dead"), LeasePolicy())]
+    return {
+        "simulate('fast-dead')": (lambda: simulate("fast-dead", LeasePolicy()), "scenario"),  # type: ignore[arg-type]
+        "simulate(seed=1.5)": (lambda: simulate(standard("fast-dead"), LeasePolicy(), 1.5), "seed"),  # type: ignore[arg-type]
+        "Scenario(duration=60)": (lambda: Scenario(duration=60), "duration"),  # type: ignore[arg-type]
+        "Scenario(faults=(1,))": (lambda: Scenario(faults=(1,)), "faults"),  # type: ignore[arg-type]
+        "Scenario(faults=Crash)": (lambda: Scenario(faults=Crash(job=0)), "faults"),  # type: ignore[arg-type]
+        "Scenario(network=None)": (lambda: Scenario(network=None), "network"),  # type: ignore[arg-type]
+        "Scenario(horizon='1')": (lambda: Scenario(horizon="1"), "horizon"),  # type: ignore[arg-type]
+        "Scenario(random_faults=1)": (lambda: Scenario(random_faults=1), "random_faults"),  # type: ignore[arg-type]
+        "Crash(after='5')": (lambda: Crash(job=0, after="5"), "after"),  # type: ignore[arg-type]
+        "Crash(job=0.5)": (lambda: Crash(job=0.5), "job"),  # type: ignore[arg-type]
+        "Crash(restart_after='1')": (lambda: Crash(job=0, restart_after="1"), "restart_after"),  # type: ignore[arg-type]
+        "Freeze(duration=None)": (lambda: Freeze(job=0, duration=None), "duration"),  # type: ignore[arg-type]
+        "Block(duration=True)": (lambda: Block(job=0, duration=True), "duration"),
+        "ChildCrash(job='0')": (lambda: ChildCrash(job="0"), "job"),  # type: ignore[arg-type]
+        "Outage(at='5')": (lambda: Outage(at="5", duration=1), "at"),  # type: ignore[arg-type]
+        "Outage(redis_restart='yes')": (
+            lambda: Outage(at=5, duration=1, redis_restart="yes"),
+            "redis_restart",
+        ),  # type: ignore[arg-type]
+        "Network(loss='0.1')": (lambda: Network(loss="0.1"), "loss"),  # type: ignore[arg-type]
+        "Network(rtt=0.002)": (lambda: Network(rtt=0.002), "rtt"),  # type: ignore[arg-type]
+        "RandomFaults(crash_rate='2')": (lambda: RandomFaults(crash_rate="2"), "crash_rate"),  # type: ignore[arg-type]
+        "LeasePolicy(lease=True)": (lambda: LeasePolicy(lease=True), "lease"),
+        "LeasePolicy(two_phase='no')": (lambda: LeasePolicy(two_phase="no"), "two_phase"),  # type: ignore[arg-type]
+        "LeasePolicy(max_stalled='1')": (lambda: LeasePolicy(max_stalled="1"), "max_stalled"),  # type: ignore[arg-type]
+        "LeasePolicy(max_stalled=1.5)": (lambda: LeasePolicy(max_stalled=1.5), "max_stalled"),  # type: ignore[arg-type]
+        "LeasePolicy(max_stalled=-1)": (lambda: LeasePolicy(max_stalled=-1), "max_stalled"),
+        "TimeoutPolicy(fenced='no')": (lambda: TimeoutPolicy(fenced="no"), "fenced"),  # type: ignore[arg-type]
+        "TimeoutPolicy(max_stalled=-2)": (lambda: TimeoutPolicy(max_stalled=-2), "max_stalled"),
+        "Detector(max_stalled=0.5)": (lambda: Detector(max_stalled=0.5), "max_stalled"),  # type: ignore[arg-type]
+        "Detector without super().__init__": (lambda: Forgetful(5.0), "super().__init__"),
+        "run_sweep(replications=2.5)": (lambda: run_sweep(cell, replications=2.5), "replications"),  # type: ignore[arg-type]
+        "run_sweep(seed='0')": (lambda: run_sweep(cell, seed="0"), "seed"),  # type: ignore[arg-type]
+        "run_sweep(jobs=0)": (lambda: run_sweep(cell, jobs=0), "jobs"),
+        "run_sweep([1])": (lambda: run_sweep([1]), "cells[0]"),  # type: ignore[list-item]
+    }
+
+
+API_CASES = list(_api_cases())
+
+
+@pytest.mark.parametrize("case", API_CASES)
+def test_bad_api_arguments_are_named_at_construction(case: str) -> None:
+    """Each bad argument raises a TypeError or ValueError whose one-line message names the argument."""
+    make, name = _api_cases()[case]
+    with pytest.raises((TypeError, ValueError)) as caught:
+        make()
+    message = str(caught.value)
+    assert name in message and "\n" not in message, message
+
+
+@pytest.mark.parametrize("answer", ["'no'", "None", "[True]", "1"])
+def test_a_detector_whose_suspect_does_not_answer_true_or_false_is_named(answer: str) -> None:
+    from emqsim import Detector, standard
+    from emqsim.engine import simulate
+
+    namespace: dict[str, Any] = {"Detector": Detector}
+    exec(f"class Vague(Detector):\n    def suspect(self, job, now):\n        return {answer}\n", namespace)
+    with pytest.raises(TypeError, match=r"Vague\.suspect.*must return True or False"):
+        simulate(standard("fast-dead"), namespace["Vague"]())
+
+
+# -- issue 30: a Ctrl-C while the program is still importing -------------------------------------------------------
+@pytest.mark.parametrize("how", [["-m", "emqsim"], ["-m", "emqsim.cli"]], ids=["-m emqsim", "-m emqsim.cli"])
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_an_interrupt_during_the_imports_is_one_line(how: list[str], signum: str, tmp_path: Path) -> None:
+    """An import that hangs (a stand-in `simpy` that waits, as a slow disk would) is interrupted: one line,
+    exit 130 (143 for SIGTERM), no traceback."""
+    import signal
+    import time
+
+    stub = tmp_path / "stub" / "simpy"
+    stub.mkdir(parents=True)
+    marker = tmp_path / "importing"
+    stub.joinpath("__init__.py").write_text(
+        f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(60)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(stub.parent), str(ROOT)])}
+    proc = subprocess.Popen(
+        [sys.executable, *how, "run"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        assert marker.exists(), proc.communicate()
+        proc.send_signal(getattr(signal, signum))
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    word = "terminated" if signum == "SIGTERM" else "interrupted"
+    assert (proc.returncode, err, out) == (143 if signum == "SIGTERM" else 130, f"emqsim: {word}\n", "")
+
+
+# -- issue 30: no traceback, no hang, no silent accept from the command line ---------------------------------------
+TOML_FILES = {
+    "deep.toml": "a = " + "[" * 5000 + "]" * 5000 + "\n",
+    "lease-true.toml": "[search]\nleases = [true]\n",
+    "lease-nan.toml": "[search]\nleases = [nan]\n",
+    "lease-negative.toml": "[search]\nleases = [-5]\n",
+    "ratio-one.toml": "[search]\nbeat_ratios = [1]\n",
+    "durations-number.toml": "[workload]\ndurations = 5\n",
+    "workers-text.toml": '[workload]\nworkers = "2"\n',
+    "horizon-text.toml": '[workload]\nhorizon = "x"\n',
+}
+
+SHORT_CASES: list[list[str]] = [
+    ["sweep", "--lease", "10:20:1e-320"],  # OverflowError before
+    ["sweep", "--scan", "1:2:5e-324"],
+    ["run", "--horizon", "1e-320"],  # ZeroDivisionError before
+    ["run", "--horizon", "0.0004"],
+    ["timeline", "--horizon", "0.0004"],
+    ["run", "--duration", "file:/dev/zero"],  # MemoryError before
+    ["run", "--duration", "file:pipe"],  # a named pipe: hung before
+    ["run", "--config", "pipe"],
+    ["run", "--config", "big-bytes.toml"],  # 12 MB of two-byte characters, 6 M characters
+    ["tune", "--durations", "pipe"],
+    ["tune", "--durations", "/dev/zero"],
+    ["tune", "--durations", "missing-column.csv"],
+    *[["tune", "--config", name] for name in TOML_FILES],
+]
+
+
+@pytest.mark.parametrize("argv", SHORT_CASES, ids=_ids(SHORT_CASES))
+def test_inputs_that_crashed_hung_or_passed_are_one_line(
+    argv: list[str], here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    os.mkfifo(here / "pipe")
+    (here / "big-bytes.toml").write_text("# " + "é" * 6_000_000 + "\n[scenario]\n", encoding="utf-8")
+    (here / "missing-column.csv").write_text("duration,queue\n5,a\n,b\n7,c\n")
+    for name, text in TOML_FILES.items():
+        (here / name).write_text(text)
+    check_refused(argv, here, capsys)
+
+
+# -- issue 30: every input bounded before the work -----------------------------------------------------------------
+BOUND_CASES: list[list[str]] = [
+    ["run", "--outage-rate", "1e9"],  # random outages were not in the estimate
+    ["sweep", "--scenario", "production", "--outage-rate", "1e9"],
+    [
+        "sweep",
+        "--preset",
+        "bullmq",
+        "--lease",
+        "0.004",
+        "--scenario",
+        "production",
+    ],  # the preset's beat follows
+    ["explore", "--workers", "1000000000"],
+    ["explore", "--fault", "freeze,length=5,length=40"],  # the last one won before
+    ["explore", "--fault", "crash,offset=1,offset=2"],
+    ["explore", "--plot", "/proc/counterexample.png"],
+    ["explore", "--fault", "freeze,length=1e11", "--pin-sweeps", "--no-ties"],  # ran for hours per run before
+    ["explore", "--fault", "outage,length=1e11", "--pin-sweeps", "--no-ties"],
+    ["tune", "--workers", "100000", "--jobs-per-run", "100000000"],  # 4.8 GB at 60 s before
+]
+
+
+@pytest.mark.parametrize("argv", BOUND_CASES, ids=_ids(BOUND_CASES))
+def test_unbounded_work_is_refused_before_it_starts(
+    argv: list[str], here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    check_refused(argv, here, capsys)
+
+
+def test_an_outage_of_a_hundred_billion_seconds_ends_at_once(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The reconnect backoff stepped 20 s at a time to the end of an outage: 5e9 steps for 1e11 s."""
+    import time
+
+    from emqsim.faults import reconnect_after_ms, reconnect_delay_ms
+
+    def stepped(down_ms: int) -> int:
+        elapsed, times = 0, 0
+        while elapsed < down_ms:
+            times += 1
+            elapsed += reconnect_delay_ms(times)
+        return elapsed
+
+    assert all(reconnect_after_ms(d) == stepped(d) for d in range(0, 400_000, 13))
+    started = time.monotonic()
+    code, out, err = run_main(
+        ["run", "--outage-at", "10", "--outage-for", "1e11", "--replications", "1", "--json"], capsys
+    )
+    assert code == 0 and json.loads(out)["rows"] and time.monotonic() - started < 60
+
+
+def test_tune_gets_an_estimate_and_yes(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from emqsim.tune import SearchSpace, Workload
+    from emqsim.tune_cli import tune_commands
+
+    assert tune_commands(Workload(), SearchSpace(), 80) < 1e9  # the default search runs without --yes
+    assert tune_commands(Workload(workers=100_000, jobs=10**8), SearchSpace(), 80) > 1e9
+    code, _, err = run_main(["tune", "--workers", "100000", "--jobs-per-run", "100000000"], capsys)
+    assert code == 2 and "--yes" in err and "CPU-hours" in err
+
+
+# -- issue 30: flags given explicitly win over a scenario file's [policy] table --------------------------------------
+def test_policy_flags_win_over_the_scenario_files_policy(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (here / "pol.toml").write_text(
+        '[scenario]\nworkers = 2\njobs = 3\nhorizon = 600\n[policy]\nkind = "lease"\nlease = 60\nbeat = 20\nscan = 5\n'
+    )
+
+    def settings(*argv: str) -> list[tuple[Any, ...]]:
+        code, out, err = run_main([*argv, "--config", "pol.toml", "--replications", "2", "--json"], capsys)
+        assert code == 0, err
+        return [
+            (r["policy"], r["lease"], r["beat"], r["scan"], r["timeout"]) for r in json.loads(out)["rows"]
+        ]
+
+    assert settings("run") == [("lease", 60.0, 20.0, 5.0, None)]  # the file's
+    assert settings("run", "--beat", "5") == [("lease", 60.0, 5.0, 5.0, None)]  # ignored before
+    assert settings("run", "--scan", "2") == [("lease", 60.0, 20.0, 2.0, None)]
+    assert settings("run", "--policy", "timeout") == [("timeout", None, None, 5.0, 600.0)]
+    assert settings("sweep", "--beat", "5,10", "--timeout", "none") == [
+        ("lease", 60.0, 5.0, 5.0, None),
+        ("lease", 60.0, 10.0, 5.0, None),
+    ]
+    code, _, err = run_main(["run", "--config", "pol.toml", "--beat", "70"], capsys)
+    assert_refused(code, err, "--beat 70 over a 60 s lease")
+
+
+# -- issue 30: warnings and notes as one line -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--lease", "10", "--beat", "6", "--replications", "1", "--job-count", "1"],
+        ["compare", "--lease", "10", "--beat", "6", "--replications", "1"],
+        ["timeline", "--lease", "10", "--beat", "6"],
+        [
+            "sweep",
+            "--lease",
+            "10",
+            "--beat",
+            "6",
+            "--scenario",
+            "fast-dead",
+            "--replications",
+            "1",
+            "--timeout",
+            "none",
+        ],
+    ],
+    ids=["run", "compare", "timeline", "sweep"],
+)
+def test_a_lease_warning_is_one_line(argv: list[str], here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_main(argv, capsys)
+    assert code == 0 and err.splitlines() == [
+        "emqsim: warning: lease/beat = 1.67 < 2: a single late or lost heartbeat lapses the lease"
+    ]
+
+
+def test_a_fault_after_the_horizon_gets_a_note(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        "run",
+        "--scenario",
+        "fast-dead",
+        "--outage-at",
+        "5000",
+        "--outage-for",
+        "10",
+        "--replications",
+        "1",
+    ]
+    code, _, err = run_main(argv, capsys)
+    assert code == 0 and err.splitlines() == [
+        "emqsim: note: fast-dead: the outage at 5000 s is at or after the horizon (3600 s): it cannot happen; "
+        "raise the horizon or move it"
+    ]
+
+
+def test_a_detector_that_blocks_is_stopped_with_a_clear_error() -> None:
+    """A suspect() that sleeps was called for every active job at every scan: hours for one run. One call
+    longer than `answer_within` real seconds (5 by default; 0.05 here) stops the run, naming it."""
+    from emqsim import Detector, standard
+    from emqsim.engine import simulate
+
+    class Sleepy(Detector):
+        answer_within = 0.05
+
+        def suspect(self, job: str, now: float) -> bool:
+            import time
+
+            time.sleep(0.2)
+            return False
+
+    with pytest.raises(TimeoutError, match=r"Sleepy\.suspect.*must answer within 0\.05 s"):
+        simulate(standard("fast-dead"), Sleepy())

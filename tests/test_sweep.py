@@ -407,3 +407,109 @@ def test_a_stop_request_ends_the_sweep_like_ctrl_c(jobs: int) -> None:
     )  # fmt: skip
     assert not result.complete and interrupted and interrupted[0][1] == 3
     assert len(result.rows) == interrupted[0][0] < 3
+
+
+# -- the cache proves what it serves (issue 30) ----------------------------------------------------------------
+@pytest.mark.slow  # a second Python process importing a copy of the package: about 5 s
+def test_an_edited_copy_of_emqsim_does_not_fill_the_real_ones_cache(tmp_path: Path) -> None:
+    """A copy of the package with one result-changing edit (same version, same RESULTS_SCHEMA, same policy
+    attributes) fills a cache folder; the real package finds nothing there to serve: its source differs."""
+    import shutil
+    import subprocess
+    import sys
+
+    copy = tmp_path / "copy"
+    shutil.copytree(
+        Path(sweep_module.__file__).parent, copy / "emqsim", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    stats = copy / "emqsim" / "stats.py"
+    text = stats.read_text()
+    assert text.count("self.detection_latencies.append(latency)") == 1
+    stats.write_text(
+        text.replace(
+            "self.detection_latencies.append(latency)", "self.detection_latencies.append(latency + 5.0)"
+        )
+    )
+    cache = tmp_path / "cache"
+    program = (
+        "import emqsim, json; from emqsim import LeasePolicy, standard; from emqsim.sweep import Cell, run_sweep\n"
+        f"r = run_sweep([Cell(standard('fast-dead'), LeasePolicy(30, 10, 5))], replications=2, jobs=1, progress=False, cache_dir={str(cache)!r})\n"
+        "print(json.dumps([emqsim.__file__, r.rows[0]['detection_latency_mean_s']]))"
+    )  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", program], cwd=copy, capture_output=True, text=True, timeout=120
+    )
+    where, edited = json.loads(done.stdout)
+    assert where.startswith(str(copy)) and len(list(cache.glob("*.json"))) == 1
+    real = sweep([Cell(standard("fast-dead"), LeasePolicy(30, 10, 5))], replications=2, cache_dir=cache)
+    assert real.cached_cells == 0
+    assert real.rows[0]["detection_latency_mean_s"] == pytest.approx(edited - 5.0)
+    assert len(list(cache.glob("*.json"))) == 2
+
+
+DETECTOR_SOURCE = """
+class Suspicious(Detector):
+    def suspect(self, job, now):
+        return {rule}
+"""
+
+
+def user_detector(rule: str) -> type:
+    """A Detector subclass named Suspicious in a module `userdet` that has no file (as in a notebook)."""
+    from emqsim import Detector
+
+    namespace: dict[str, Any] = {"__name__": "userdet", "Detector": Detector}
+    exec(DETECTOR_SOURCE.format(rule=rule), namespace)
+    return namespace["Suspicious"]
+
+
+def test_two_detectors_of_one_name_and_parameters_but_another_suspect_do_not_share_entries(
+    tmp_path: Path,
+) -> None:
+    quick, never = user_detector("now > 3"), user_detector("False")
+    assert quick.__qualname__ == never.__qualname__ and quick.__module__ == never.__module__
+    scenario = standard("fast-dead", horizon=120.0)
+    first = sweep([Cell(scenario, quick(beat=2.0, scan=1.0))], cache_dir=tmp_path)
+    second = sweep([Cell(scenario, never(beat=2.0, scan=1.0))], cache_dir=tmp_path)
+    assert second.cached_cells == 0
+    assert first.rows != second.rows  # a shared entry would have served the first detector's numbers
+    again = sweep([Cell(scenario, user_detector("now > 3")(beat=2.0, scan=1.0))], cache_dir=tmp_path)
+    assert again.cached_cells == 1 and again.rows == first.rows  # the same code hits
+
+
+def test_the_key_holds_the_code_and_the_libraries() -> None:
+    identity = Cell(standard("fast-dead"), LeasePolicy(30, 10, 5)).identity(0, REPS, "1.0")
+    assert len(identity["code"]) == 64 and identity["user_code"] is None
+    assert set(identity["libraries"]) == {"simpy", "numpy", "scipy"} and identity["python"]
+
+
+def _edit_runs(path: Path, edit: Callable[[dict[str, Any]], None]) -> None:
+    entry = json.loads(path.read_text())
+    for run in entry["summaries"]:
+        edit(run)
+    path.write_text(json.dumps(entry))
+
+
+def _plus(run: dict[str, Any]) -> None:
+    for name in ("reclaims", "false_reclaims", "completed_jobs", "attempts"):
+        run[name] += 7
+    run["detection_latencies"] = [x + 1000.0 for x in run["detection_latencies"]]
+
+
+def _nan(run: dict[str, Any]) -> None:
+    run["hostage_time"] = float("nan")
+
+
+@pytest.mark.parametrize("edit,reason", [(_plus, "checksum"), (_nan, "NaN")], ids=["edited", "nan"])
+def test_a_tampered_or_nan_entry_is_recomputed_with_a_note(
+    tmp_path: Path, serial: SweepResult, edit: Callable[[dict[str, Any]], None], reason: str
+) -> None:
+    cells = small_cells()[:1]
+    sweep(cells, cache_dir=tmp_path)
+    path = tmp_path / f"{cells[0].key(0, REPS, _version())}.json"
+    _edit_runs(path, edit)
+    notices: list[str] = []
+    result = sweep(cells, cache_dir=tmp_path, on_notice=notices.append)
+    assert result.cached_cells == 0 and result.rows == serial.rows[:1]
+    assert len(notices) == 1 and reason in notices[0] and "recomputing" in notices[0]
+    assert sweep(cells, cache_dir=tmp_path).cached_cells == 1  # rewritten, and good again

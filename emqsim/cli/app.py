@@ -7,6 +7,7 @@ import contextlib
 import errno
 import signal
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -56,7 +57,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = StopSignals()
     previous_handlers = _handlers() if argv_given else {}
     try:
-        with stop.installed() if args.command not in OWN_SIGNALS else contextlib.nullcontext():
+        with (
+            stop.installed() if args.command not in OWN_SIGNALS else contextlib.nullcontext(),
+            warnings.catch_warnings(),
+        ):
+            warnings.showwarning = _one_line_warning  # a LeaseWarning is one line, not Python's two
             code = handler(args)
         sys.stdout.flush()  # a full disk or closed pipe shows here, not as a traceback at exit
         return code
@@ -89,6 +94,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout = stdout
         for signum, previous in previous_handlers.items():
             signal.signal(signum, previous)
+
+
+def _one_line_warning(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+    """A warning as one line on stderr (`emqsim: warning: lease/beat = 1.67 < 2: ...`), without Python's
+    source path and code line; a warning from outside emqsim keeps its category's name."""
+    text = " ".join(str(message).split())
+    if not category.__module__.startswith("emqsim"):
+        text = f"{category.__name__}: {text}"
+    print(f"emqsim: warning: {text}", file=sys.stderr)
 
 
 def _handlers() -> dict[int, Any]:

@@ -4,12 +4,16 @@ in its message (argparse prints it as one line, exit status 2)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from emqsim.distributions import Distribution, parse_distribution
 from emqsim.errors import ConfigError
+from emqsim.fileio import folder_problem, writable_problem
 from emqsim.presets import PRESETS
 from emqsim.scenario import STANDARD
 from emqsim.units import MAX_SECONDS, check_distribution
@@ -77,7 +81,10 @@ def grid(text: str) -> list[float]:
             start, stop, step = (seconds(p) for p in pieces)
             if stop < start:
                 raise argparse.ArgumentTypeError(f"range {part!r} has stop < start; write it as 10:60:10")
-            count = int(math.floor((stop - start) / step + 1e-9)) + 1
+            steps = (stop - start) / step  # inf for a step of 1e-320
+            if not steps < 1000:
+                raise argparse.ArgumentTypeError(f"range {part!r} has over 1000 values; at most 1000")
+            count = int(math.floor(steps + 1e-9)) + 1
             if count > 1000:
                 raise argparse.ArgumentTypeError(f"range {part!r} has {count} values; at most 1000")
             values.extend(round(start + i * step, 9) for i in range(count))
@@ -123,7 +130,27 @@ def preset_name(text: str) -> str:
     return text
 
 
+def _os_errors_are_bad_input(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A flag's parser whose file-system calls may fail (a name too long for the file system, a loop of links):
+    the OSError becomes the flag's one-line error instead of a traceback."""
+
+    @functools.wraps(parse)
+    def checked(text: str) -> Any:
+        try:
+            return parse(text)
+        except OSError as exc:
+            raise argparse.ArgumentTypeError(f"cannot use {_shown(text)!r}: {exc.strerror or exc}") from None
+
+    return checked
+
+
+def _shown(text: str) -> str:
+    """A path as an error message shows it: whole up to 60 characters, else its start."""
+    return text if len(text) <= 60 else text[:40] + "..."
+
+
 def output_path(*suffixes: str):
+    @_os_errors_are_bad_input
     def parse(text: str) -> Path:
         path = Path(text)
         if path.suffix.lower() not in suffixes:
@@ -141,6 +168,9 @@ def output_path(*suffixes: str):
             raise argparse.ArgumentTypeError(f"{text!r} exists and is not a regular file; give another name")
         if path.exists() and not os.access(path, os.W_OK):
             raise argparse.ArgumentTypeError(f"{text!r} is read-only; make it writable or give another name")
+        problem = writable_problem(path, f"{path.stem}.partial{path.suffix}")
+        if problem:
+            raise argparse.ArgumentTypeError(f"{_shown(text)!r} cannot be written: {problem}")
         return path
 
     return parse
@@ -149,6 +179,7 @@ def output_path(*suffixes: str):
 def writable_folder(what: str):
     """A folder that exists and is writable, or that can be created (its nearest existing parent is)."""
 
+    @_os_errors_are_bad_input
     def parse(text: str) -> Path:
         path = Path(text)
         if path.exists():
@@ -164,6 +195,9 @@ def writable_folder(what: str):
             raise argparse.ArgumentTypeError(
                 f"cannot create folder {text!r}: {str(parent)!r} is not a writable folder"
             )
+        problem = folder_problem(path)
+        if problem:
+            raise argparse.ArgumentTypeError(f"{what} {_shown(text)!r} cannot be written: {problem}")
         return path
 
     return parse
@@ -171,7 +205,8 @@ def writable_folder(what: str):
 
 CONFIG_HELP = (
     "a TOML scenario file instead of --scenario: a path, or the name of a shipped example such as "
-    "gc-pauses (list them with `emqsim examples`)"
+    "gc-pauses (list them with `emqsim examples`); policy flags given (--lease, --beat, --scan, --timeout, "
+    "--policy) win over its [policy] settings, and --preset replaces the table"
 )
 
 
@@ -187,6 +222,7 @@ def example_files() -> dict[str, Path]:
     }
 
 
+@_os_errors_are_bad_input
 def config_file(text: str) -> Path:
     """A scenario file: an existing path, or a shipped example's name (`gc-pauses` or `gc-pauses.toml`)."""
     path = Path(text)
@@ -228,6 +264,7 @@ def missing_extra(extra: str) -> str | None:
     return f"needs the {extra!r} extra ({', '.join(missing)} missing): pip install 'emqsim[{extra}]'"
 
 
+@_os_errors_are_bad_input
 def existing_file(text: str) -> Path:
     path = Path(text)
     if not path.is_file():

@@ -86,7 +86,23 @@ def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
     if randoms:
         base = scenario.random_faults or RandomFaults(restart_after=None)
         changes["random_faults"] = replace(base, **randoms)
-    return scenario.with_(**changes) if changes else scenario
+    result = scenario.with_(**changes) if changes else scenario
+    for line in late_faults(result):
+        print(f"emqsim: note: {line}", file=sys.stderr)
+    return result
+
+
+def late_faults(scenario: Scenario) -> list[str]:
+    """One line for each fault set at or after the horizon: it cannot happen (the run stops first)."""
+    lines = []
+    for fault in scenario.faults:
+        at = getattr(fault, "at", None)
+        if at is not None and at >= scenario.horizon:
+            lines.append(
+                f"{scenario.name}: the {type(fault).__name__.lower()} at {at:g} s is at or after the horizon "
+                f"({scenario.horizon:g} s): it cannot happen; raise the horizon or move it"
+            )
+    return lines
 
 
 def with_model_options(policy: ReclaimPolicy, args: argparse.Namespace) -> ReclaimPolicy:
@@ -150,6 +166,24 @@ def lease_policies(args: argparse.Namespace) -> list[ReclaimPolicy]:
 def timeout_policies(args: argparse.Namespace) -> list[ReclaimPolicy]:
     values = DEFAULT_TIMEOUTS if args.timeout is None else args.timeout
     return [TimeoutPolicy(t, scan) for t in values for scan in (args.scan or [5.0])]
+
+
+POLICY_FLAGS = ("lease", "beat", "scan", "timeout")
+
+
+def policy_overrides(args: argparse.Namespace, flags: tuple[str, ...] = POLICY_FLAGS) -> list[dict[str, Any]]:
+    """The policy settings given on the command line, which win over a scenario file's [policy] table: one
+    dict per combination of the flags' values (a sweep's grids; `run` has one of each), with `kind` from
+    --preset or --policy. The rule is in docs/presets.md and `emqsim run --help`."""
+    kind = getattr(args, "preset", None) or getattr(args, "policy", None)
+    grids = [
+        [(name, v) for v in (value if isinstance(value, list) else [value])]
+        for name in flags
+        if (value := getattr(args, name, None)) is not None and value != []
+    ]
+    import itertools
+
+    return [{**({"kind": kind} if kind else {}), **dict(combo)} for combo in itertools.product(*grids)]
 
 
 def single_policy(args: argparse.Namespace) -> ReclaimPolicy:

@@ -13,6 +13,7 @@ from emqsim.cli.building import (
     DEFAULT_SCENARIOS,
     fail,
     lease_policies,
+    policy_overrides,
     run_scenario,
     single_policy,
     timeout_policies,
@@ -20,7 +21,7 @@ from emqsim.cli.building import (
     with_model_options,
 )
 from emqsim.cli.process import StopSignals
-from emqsim.cli.saving import save_rows
+from emqsim.cli.saving import RowsNotWritten, save_rows
 from emqsim.cli.tables import (
     FIELDS_HINT,
     TABLE_WIDTH,
@@ -37,6 +38,7 @@ from emqsim.cli.work import (
     check_sweep_work,
     check_work,
     clamp_jobs,
+    close_dask,
     commands_per_run,
     dask_executor,
     progress,
@@ -57,19 +59,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         fail("--config", "give either --config FILE or --scenario NAME, not both")
     config_policy = None
     if args.config:
-        from emqsim.config import load_config
+        from emqsim.config import load_config, load_policies
 
         scenario, config_policy = load_config(args.config)
         scenarios = [scenario]
     else:
         scenarios = [standard(name) for name in (args.scenario or DEFAULT_SCENARIOS)]
     scenarios = [with_fault_flags(s, args) for s in scenarios]
-    use_config_policy = config_policy is not None and not (args.lease or args.preset)
+    use_config_policy = config_policy is not None and not args.preset  # a --preset replaces the table
     check_sweep_work(args, scenarios, config_policy if use_config_policy else None)
     policies: list[ReclaimPolicy]
     if use_config_policy:
-        assert config_policy is not None
-        policies = [config_policy] + timeout_policies(args)
+        # --lease, --beat and --scan given explicitly win over the file's [policy] settings, value by value
+        policies = load_policies(args.config, policy_overrides(args, ("lease", "beat", "scan")))[1]
+        policies += timeout_policies(args)
     else:
         policies = lease_policies(args) + (
             [] if args.preset and args.timeout is None else timeout_policies(args)
@@ -105,14 +108,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         finally:
             stop.defer()  # from here on a signal is noted, never raised: the finished rows get written
             if client is not None:
-                client.close()
+                close_dask(client)
         rows = result.rows
         header = {"version": __version__, "seed": args.seed, "replications": args.replications}
-        saved = save_rows(args, rows, header, complete=result.complete)
+        failures: list[str] = []  # outputs that could not be written after the work: said last, status 1
+        try:
+            saved = save_rows(args, rows, header, complete=result.complete)
+        except RowsNotWritten as exc:
+            saved = f"; {exc}"  # an interrupted sweep says it on its `interrupted` line
+            failures += [] if interrupted else [str(exc)]
         if args.plot and rows and result.complete:
             from emqsim.plots import frontier, savefig
 
-            savefig(frontier(rows).figure, args.plot)
+            try:
+                savefig(frontier(rows).figure, args.plot)
+            except OSError as exc:
+                failures.append(f"could not write the figure {args.plot} ({exc.strerror or exc})")
         for line in interrupted:
             print(line + saved, file=sys.stderr)
         if args.json:
@@ -120,9 +131,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         else:
             print(format_table(rows, wide=args.wide))
             print_paired(result, cells)
+        for failure in failures:
+            print(f"emqsim sweep: error: {failure}", file=sys.stderr)
     if interrupted or stop.signum is not None:
         return 143 if stop.signum == signal.SIGTERM else 130
-    return 0
+    return 1 if failures else 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -131,13 +144,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from emqsim.summaries import simulate_summary
 
     scenario = run_scenario(args)
-    policy = single_policy(args)
-    if args.config and not (args.lease or args.timeout or args.preset):
+    config_policy = None
+    if args.config:  # flags given explicitly win over the file's [policy] settings
         from emqsim.config import load_config
 
-        config_policy = load_config(args.config)[1]
-        policy = config_policy or policy
-    policy = with_model_options(policy, args)
+        config_policy = load_config(args.config, policy_overrides(args))[1]
+    policy = with_model_options(config_policy or single_policy(args), args)
     settings = policy.settings()
     check_work(
         args,
@@ -253,6 +265,8 @@ def cmd_timeline(args: argparse.Namespace) -> int:
 def cmd_explore(args: argparse.Namespace) -> int:
     from emqsim.explore import cmd_explore as run_explore
 
+    if not args.dask:
+        args.jobs = clamp_jobs(args.jobs)  # 40 processes on 2 cores only wait for each other
     return run_explore(args)
 
 

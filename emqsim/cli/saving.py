@@ -77,16 +77,48 @@ def save_rows(
     args: argparse.Namespace, rows: list[dict[str, Any]], header: dict[str, Any], complete: bool
 ) -> str:
     """Write --out. A complete sweep replaces the file; an interrupted one never replaces a file that held
-    more rows (unless --force): its rows go beside it, to NAME.partial.csv|json. Says what it did."""
+    more rows (unless --force): its rows go beside it, to NAME.partial.csv|json. Says what it did.
+
+    The rows are never lost: when the file cannot be written after the work (its folder removed meanwhile, a
+    full disk, a file size limit), they go to a fallback file in the temporary folder, and, when even that
+    fails, to standard output; `RowsNotWritten` then carries the one line saying where."""
     if not args.out:
         return ""
     if not rows:
         return f"; no cell finished, {args.out} not written"
     old = rows_in(args.out)
+    meta = provenance(args, replications=header["replications"])
     if not complete and old is not None and len(rows) < old and not args.force:
         partial = args.out.with_name(f"{args.out.stem}.partial{args.out.suffix}")
-        write_rows(partial, rows, provenance(args, replications=header["replications"]))
+        _write_or_fall_back(partial, rows, meta)
         held = "rows it cannot read" if math.isinf(old) else f"{old:.0f} rows"
         return f"; {args.out} kept ({held}); the {len(rows)} finished rows are in {partial} (--force replaces it)"
-    write_rows(args.out, rows, provenance(args, replications=header["replications"]))
+    _write_or_fall_back(args.out, rows, meta)
     return f"; rows written to {args.out}"
+
+
+class RowsNotWritten(OSError):
+    """The results file could not be written after the work; the message says where the rows went instead."""
+
+
+def _write_or_fall_back(path: Path, rows: list[dict[str, Any]], header: dict[str, Any]) -> None:
+    try:
+        write_rows(path, rows, header)
+        return
+    except OSError as exc:
+        failure = f"could not write {path} ({exc.strerror or exc})"
+    import os
+    import sys
+    import tempfile
+    import time
+
+    fallback = Path(tempfile.gettempdir()) / f"emqsim-rows-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    fallback = fallback.with_suffix(path.suffix if path.suffix.lower() in (".csv", ".json") else ".csv")
+    try:
+        write_rows(fallback, rows, header)
+    except OSError:
+        text = to_json(rows, **header) if fallback.suffix == ".json" else to_csv(rows)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        raise RowsNotWritten(f"{failure}; the {len(rows)} rows are on standard output above") from None
+    raise RowsNotWritten(f"{failure}; the {len(rows)} rows are in {fallback}")

@@ -32,20 +32,26 @@ def commands_per_run(scenario: Scenario, beat: float | None, scan: float) -> flo
     if beat:
         estimate += 2.0 * scenario.workers * scenario.concurrency * horizon / beat
     faults = scenario.random_faults
-    if faults is not None:
-        per_hour = (faults.crash_rate or 0) + (faults.freeze_rate or 0)
+    if faults is not None:  # every kind of random fault, each a few commands (a restart, a resend)
+        per_hour = faults.crash_rate + faults.freeze_rate + faults.block_rate + faults.outage_rate
         estimate += 10.0 * per_hour * scenario.workers * horizon / 3600
+    estimate += 10.0 * len(scenario.faults) * scenario.workers  # explicit faults: resent commands, a restart
     return estimate
 
 
-def check_work(args: argparse.Namespace, commands: float, what: str) -> None:
+def check_work(
+    args: argparse.Namespace,
+    commands: float,
+    what: str,
+    shrink: str = "the grids, --replications, --job-count, --workers or --horizon",
+) -> None:
     """Refuse, before any work, a command estimated above MAX_COMMANDS unless --yes was given."""
     if commands <= MAX_COMMANDS or getattr(args, "yes", False):
         return
     hours = commands * SECONDS_PER_COMMAND / 3600
     raise ConfigError(
         f"{what} is estimated at up to {commands:.1e} simulated Redis commands (about {hours:,.1f} CPU-hours); "
-        "shrink the grids, --replications, --job-count, --workers or --horizon, or pass --yes to run it anyway"
+        f"shrink {shrink}, or pass --yes to run it anyway"
     )
 
 
@@ -76,13 +82,18 @@ def policy_grid(
     timeouts = len(DEFAULT_TIMEOUTS if args.timeout is None else args.timeout)
     scans = list(args.scan or [])
     beats = list(args.beat or [])
-    if config_policy is not None:
+    if config_policy is not None:  # the file's policy, with the flags' grids over its settings
         settings = config_policy.settings()
-        count = 1 + timeouts * max(1, len(scans))
+        count = len(args.lease or [0]) * max(1, len(beats)) * max(1, len(scans))
+        count += timeouts * max(1, len(scans))
+        if not args.beat and args.lease and settings["beat"] is None:
+            beats.append(min(args.lease) / 3)
         beats.append(settings["beat"] or 0)
         scans.append(settings["scan"])
     elif args.preset:
-        settings = PRESETS[args.preset].policy().settings()
+        # the preset's heartbeat follows its lease: an overridden lease of 0.004 s beats every millisecond
+        shortest = {"lease": min(args.lease)} if args.lease else {}
+        settings = PRESETS[args.preset].policy(**shortest).settings()
         count = max(1, len(scans)) * len(args.lease or [None]) * max(1, len(beats))
         if args.timeout is not None:
             count += timeouts * max(1, len(scans))
@@ -109,13 +120,36 @@ def check_sweep_work(
     )
 
 
+_SCRATCH: dict[int, str] = {}  # a `--dask local` client's scratch folder, by id(client)
+
+
+def close_dask(client: Any) -> None:
+    """Close a client from `dask_executor`; a `--dask local` cluster is closed too and its scratch folder
+    removed (after the cluster, whose workers clean their own folders as they stop)."""
+    import shutil
+
+    scratch = _SCRATCH.pop(id(client), None)
+    cluster = client.cluster if scratch is not None else None
+    client.close()
+    if cluster is not None:
+        cluster.close()
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def dask_executor(address: str):
     try:
         from dask.distributed import Client, LocalCluster
     except ImportError:
         fail("--dask", "needs Dask: pip install 'emqsim[dask]'")
     if address == "local":
-        client = Client(LocalCluster(processes=True, dashboard_address=None))
+        # the cluster's scratch files go in a private temporary folder that close_dask removes (by default
+        # Dask leaves a dask-scratch-space/ folder in the current one)
+        import tempfile
+
+        scratch = tempfile.mkdtemp(prefix="emqsim-dask-")
+        client = Client(LocalCluster(processes=True, dashboard_address=None, local_directory=scratch))
+        _SCRATCH[id(client)] = scratch
     else:
         try:
             client = Client(address, timeout="10s")

@@ -159,6 +159,12 @@ def main_live(args: argparse.Namespace) -> int:
                 "--redis-restart-at: live mode restarts only its own private redis-server; leave out --redis"
             )
         down = args.redis_restart_for if args.redis_restart_for is not None else 5.0
+        if args.redis_restart_at + down >= scenario.horizon:  # real time: 1e12 s would never end
+            raise ConfigError(
+                f"--redis-restart-at {args.redis_restart_at:g} with --redis-restart-for {down:g}: Redis would "
+                f"still be down at the run's horizon ({scenario.horizon:g} s); restart it earlier or for less "
+                f"than {max(scenario.horizon - args.redis_restart_at, 0):g} s"
+            )
         restart = Outage(at=args.redis_restart_at, duration=down, redis_restart=True)
         scenario = replace(scenario, faults=(*scenario.faults, restart))
     started = time.monotonic()

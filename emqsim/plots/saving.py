@@ -10,6 +10,8 @@ from typing import Any
 import matplotlib as mpl
 from matplotlib.figure import Figure, SubFigure
 
+from emqsim.fileio import write_atomically
+
 __all__ = ["savefig"]
 
 _CREATOR = "emqsim (https://matplotlib.org)"
@@ -46,7 +48,5 @@ def savefig(fig: Figure | SubFigure, path: str | os.PathLike, *, dpi: int = 150)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists() and path.read_bytes() == data:
         return path
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    write_atomically(path, data)  # its temporary file never outlives a failed write
     return path
