@@ -444,12 +444,27 @@ def test_a_command_run_from_python_leaves_the_signal_handlers_as_it_found_them(
         "sweep": ["sweep", "--jobs", "2", "--replications", "200", "--quiet", "--json"],
         "explore": POOLED_COMMANDS["explore"],
     }[command]
-    timer = threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
+    started = threading.Event()
+    stop = threading.Event()
+
+    def interrupt_once_the_command_holds_sigint() -> None:
+        # A fixed delay raced the command's imports on a loaded machine (the SIGINT came before the command
+        # had installed its handler, so pytest itself was interrupted): wait for the handler, then interrupt.
+        while not stop.wait(0.01):
+            if signal.getsignal(signal.SIGINT) is not before[signal.SIGINT]:
+                started.set()
+                if not stop.wait(0.5):
+                    os.kill(os.getpid(), signal.SIGINT)
+                return
+
+    watcher = threading.Thread(target=interrupt_once_the_command_holds_sigint, daemon=True)
+    watcher.start()
     try:
         code = main(args)
     finally:
-        timer.cancel()
+        stop.set()
+        watcher.join()
+    assert started.is_set(), "the command never installed a SIGINT handler"
     assert code == 130, capsys.readouterr().err
     assert {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)} == before
     assert main(["fields"]) == 0
