@@ -581,13 +581,13 @@ def test_rows_that_cannot_be_written_after_the_work_go_to_a_named_file(
     code, out, err = run_main(argv, capsys)
     (fallback,) = spare.iterdir()
     assert code == 1 and err.splitlines() == [
-        f"emqsim sweep: error: could not write rows.csv (File too large); the 1 rows are in {fallback}"
+        f"emqsim sweep: error: could not write rows.csv (File too large); the 1 row is in {fallback}"
     ]
     assert "fast-dead" in fallback.read_text() and not (here / "rows.csv").exists()
 
     monkeypatch.setattr(saving, "write_rows", lambda *a: (_ for _ in ()).throw(OSError(28, "No space")))
     code, out, err = run_main(argv, capsys)
-    assert code == 1 and err.strip().endswith("the 1 rows are on standard output above")
+    assert code == 1 and err.strip().endswith("the 1 row is on standard output above")
     assert out.startswith("scenario,") and "fast-dead" in out.splitlines()[1]
 
 

@@ -120,5 +120,9 @@ def _write_or_fall_back(path: Path, rows: list[dict[str, Any]], header: dict[str
         text = to_json(rows, **header) if fallback.suffix == ".json" else to_csv(rows)
         sys.stdout.write(text)
         sys.stdout.flush()
-        raise RowsNotWritten(f"{failure}; the {len(rows)} rows are on standard output above") from None
-    raise RowsNotWritten(f"{failure}; the {len(rows)} rows are in {fallback}")
+        raise RowsNotWritten(f"{failure}; {_the_rows(len(rows))} on standard output above") from None
+    raise RowsNotWritten(f"{failure}; {_the_rows(len(rows))} in {fallback}")
+
+
+def _the_rows(n: int) -> str:
+    return "the 1 row is" if n == 1 else f"the {n} rows are"
