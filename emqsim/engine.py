@@ -334,7 +334,7 @@ class Simulation:
                 first = phase if wid == incumbent else phase + offset
             if not restarted:
                 first = self.timer_phases.get(("sweep", wid), first)  # explore sets the phases it searches
-            self.env.process(worker.sweeper(first))
+            worker.start_sweeper(first)
         for _ in range(self.scenario.concurrency):
             self.env.process(worker.slot())
         faults = self.scenario.random_faults
@@ -389,7 +389,7 @@ class Simulation:
                 0 if scenario.phases == "aligned" else int(phases.integers(0, self.policy.sweep_interval_ms))
             )
             first = self.timer_phases.get(("sweep", REAPER), first)
-            self.env.process(reaper.sweeper(first))
+            reaper.start_sweeper(first)
         for fault in scenario.faults:
             if fault.worker is not None and not isinstance(fault, Outage):
                 self.env.process(self._worker_fault(fault))

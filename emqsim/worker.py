@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 import simpy
 
+from emqsim._simpy_fast import URGENT, Tick
 from emqsim.distributions import Fixed
 from emqsim.ledger import AttemptDraft, Ledger
 from emqsim.policies import ReclaimPolicy
@@ -27,6 +28,8 @@ from emqsim.units import to_ms
 ALIVE, FROZEN, BLOCKED, DEAD = "alive", "frozen", "blocked", "dead"
 RTT_BLOCK = 256  # round trips drawn at once (a fixed block size keeps the draws reproducible)
 Proc = Generator[simpy.Event, Any, Any]
+# Private switch for tests: False runs every timer as the plain SimPy process it stands for (same results).
+_ELISION = True
 
 
 class WorkerHost(Protocol):
@@ -154,6 +157,14 @@ class Client:
             if not retry:
                 return LOST
 
+    def start_sweeper(self, first_ms: int) -> None:
+        """Start the sweep timer (`sweeper`): as the callback-driven `_SweepTimer` when requests are not lost
+        (the same steps in the same places of the event order, without a generator), else as a process."""
+        if _ELISION and (self._loss <= 0 or not self._loss_all):
+            _SweepTimer(self, first_ms)
+        else:
+            self.env.process(self.sweeper(first_ms))
+
     def sweeper(self, first_ms: int) -> Proc:
         """Run the policy's sweep on a timer: once at `first_ms`, then every interval after each run."""
         server = self.sim.server
@@ -194,6 +205,83 @@ class Client:
     @property
     def label(self) -> str:
         return f"worker {self.wid}"
+
+
+class _SweepTimer:
+    """`Client.sweeper` without loss, as callbacks on one `Tick`: a stalled check the rate limit is certain to
+    refuse (nearly all of them when every worker checks) costs one light queue entry for its round trip and
+    one for the interval, with no event object and no generator resumed. Every step happens at the same point
+    of SimPy's event order as the generator's (`Tick` takes its ids from the same counter, a start is URGENT
+    like `Initialize`, the end schedules what a finished process schedules), so the round-trip draws, the
+    requests, the commands and every record are the generator's, faults and outages included: a frozen or
+    blocked client's timer waits on its `resume_event` in the same callback order."""
+
+    __slots__ = ("client", "server", "tick", "interval_ms", "sweep", "_to_wake", "_to_replied")
+
+    def __init__(self, client: Client, first_ms: int) -> None:
+        self.client = client
+        server = self.server = client.sim.server
+        self.tick = Tick(client.env)
+        self.interval_ms = client.sim.policy.sweep_interval_ms
+        by = client.label
+
+        def sweep(now: int) -> Any:
+            return server.sweep(by, now)
+
+        self.sweep = sweep
+        self._to_wake: list[Callable[[Any], None]] = [self._wake]
+        self._to_replied: list[Callable[[Any], None]] = [self._replied]
+        self.tick.after(0, [lambda _: self.tick.after(first_ms, self._to_wake)], URGENT)
+
+    def _carry_on(self, then: Callable[[], None]) -> None:
+        """`Client.carry_on`, then `then()`: wait out a freeze or a blocked loop; a dead client ends."""
+        client = self.client
+        if client.state == FROZEN or client.state == BLOCKED:
+            assert client.resume_event is not None  # set by freeze() and block()
+            client.resume_event.callbacks.append(lambda _: self._carry_on(then))
+            return
+        if client.state == DEAD:
+            self.tick.after(0, [_ended])  # a process that returns schedules itself (one id, as SimPy does)
+            return
+        then()
+
+    def _wake(self, _: Any) -> None:
+        if self.client.state != ALIVE:
+            self._carry_on(self._check)
+        else:
+            self._check()
+
+    def _check(self) -> None:
+        client = self.client
+        server = self.server
+        now = int(client.env._now)
+        if client.outages:
+            out_ms, back_ms = client.route(client._rtt_ms())
+            if server.sweep_refused(now + out_ms):
+                self.tick.after(out_ms + back_ms, self._to_replied)
+            else:
+                reply = server.send_split("sweep", self.sweep, out_ms, back_ms)
+                reply.callbacks.append(self._replied)
+        else:
+            rtt_ms = client._rtt_ms()
+            if server.sweep_refused(now + rtt_ms // 2):
+                self.tick.after(rtt_ms, self._to_replied)
+            else:
+                reply = server.send("sweep", self.sweep, rtt_ms, False)
+                reply.callbacks.append(self._replied)
+
+    def _replied(self, _: Any) -> None:
+        if self.client.state != ALIVE:
+            self._carry_on(self._again)
+        else:
+            self.tick.after(self.interval_ms, self._to_wake)
+
+    def _again(self) -> None:
+        self.tick.after(self.interval_ms, self._to_wake)
+
+
+def _ended(_: Any) -> None:
+    """A finished timer's last queue entry (the event a returning SimPy process schedules)."""
 
 
 class Reaper(Client):
