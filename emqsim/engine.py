@@ -320,7 +320,7 @@ class Simulation:
             first = tick if aligned or restarted else int(phases.integers(1, tick + 1))
             if not restarted:
                 first = self.timer_phases.get(("renew", wid), first)
-            self.env.process(worker.lock_manager(first))
+            worker.start_lock_manager(first)
         if policy.swept_by == "workers":
             # BullMQ's stalled checker runs once as soon as the worker starts. Workers started at independent
             # arbitrary moments: the one that sweeps (rate limit held) is a random one, the others' attempts

@@ -280,6 +280,131 @@ class _SweepTimer:
         self.tick.after(self.interval_ms, self._to_wake)
 
 
+class _LockManager:
+    """`Worker.lock_manager` as callbacks on one `Tick`, for the same reason and with the same guarantee as
+    `_SweepTimer`: each tick, each renewal round trip (lost or answered) and each wait for a freeze or a
+    blocked loop stands at the generator's point of the event order, so draws and records are unchanged."""
+
+    __slots__ = (
+        "worker",
+        "server",
+        "rule",
+        "tick",
+        "first_ms",
+        "next_tick",
+        "fired_at",
+        "due",
+        "result",
+        "_to_wake",
+        "_to_lost",
+    )
+
+    def __init__(self, worker: Worker, first_ms: int) -> None:
+        rule = worker.sim.policy.renewal
+        assert rule is not None, "only a policy with a renewal rule starts a lock manager"
+        self.worker = worker
+        self.server = worker.sim.server
+        self.rule = rule
+        self.tick = Tick(worker.env)
+        self.first_ms = first_ms
+        self.next_tick = 0
+        self.fired_at = 0
+        self.due: list[tuple[str, str]] = []
+        self.result: Any = None
+        self._to_wake: list[Callable[[Any], None]] = [self._wake]
+        self._to_lost: list[Callable[[Any], None]] = [self._lost]
+        self.tick.after(0, [self._start], URGENT)
+
+    def _start(self, _: Any) -> None:
+        self.tick.after(self.first_ms, [self._first])
+
+    def _first(self, _: Any) -> None:
+        self.next_tick = int(self.worker.env._now)
+        self._wake(_)
+
+    def _carry_on(self, then: Callable[[], None]) -> None:
+        """`Client.carry_on`, then `then()`: wait out a freeze or a blocked loop; a dead worker's timer ends."""
+        worker = self.worker
+        if worker.state == FROZEN or worker.state == BLOCKED:
+            assert worker.resume_event is not None  # set by freeze() and block()
+            worker.resume_event.callbacks.append(lambda _: self._carry_on(then))
+            return
+        if worker.state == DEAD:
+            self.tick.after(0, [_ended])  # a process that returns schedules itself (one id, as SimPy does)
+            return
+        then()
+
+    def _wake(self, _: Any) -> None:
+        if self.worker.state != ALIVE:
+            self._carry_on(self._fire)
+        else:
+            self._fire()
+
+    def _fire(self) -> None:
+        worker = self.worker
+        server = self.server
+        now = self.fired_at = int(worker.env._now)
+        due_at = self.rule.due
+        tracked = worker.tracked
+        due = [(h.job, token) for token, h in tracked.items() if due_at(now, h.ts)]
+        if not due:
+            self._next()
+            return
+        for _, token in due:
+            tracked[token].ts = now
+        self.due = due
+
+        def op(t: int, d: list[tuple[str, str]] = due) -> Any:
+            return server.renew(d, t)
+
+        lost = worker._lost("renew")  # `Client.request("renew", op, retry=False)`, step by step
+        if worker.outages and not lost:
+            out_ms, back_ms = worker.route(worker._rtt_ms())
+            reply = server.send_split("renew", op, out_ms, back_ms)
+        else:
+            reply = server.send("renew", op, worker._rtt_ms(), lost)
+        if lost:
+            self.tick.after(worker._timeout_ms, self._to_lost)
+        else:
+            reply.callbacks.append(self._replied)
+
+    def _lost(self, _: Any) -> None:
+        self.result = LOST
+        self._carry_on(self._answered)
+
+    def _replied(self, reply: Any) -> None:
+        self.result = reply._value
+        self._carry_on(self._answered)
+
+    def _answered(self) -> None:
+        failed, self.result = self.result, None
+        if failed is LOST:
+            self.server.renewal_lost(self.due, self.fired_at)
+        else:
+            tracked = self.worker.tracked
+            for token in failed:
+                tracked.pop(token, None)  # lockRenewalFailed: stop renewing a lost lock
+        self.due = []
+        self._next()
+
+    def _next(self) -> None:
+        rule = self.rule
+        if rule.after_reply:
+            self.tick.after(rule.tick_ms, self._to_wake)
+            return
+        # Fixed rate on the original grid (see `Worker.lock_manager`).
+        now = int(self.worker.env._now)
+        tick_ms = rule.tick_ms
+        fired_at = self.fired_at
+        next_tick = self.next_tick + tick_ms
+        if next_tick <= fired_at:
+            next_tick += ((fired_at - next_tick) // tick_ms + 1) * tick_ms
+        if next_tick <= now:
+            next_tick += (now - next_tick) // tick_ms * tick_ms
+        self.next_tick = next_tick
+        self.tick.after(max(0, next_tick - now), self._to_wake)
+
+
 def _ended(_: Any) -> None:
     """A finished timer's last queue entry (the event a returning SimPy process schedules)."""
 
@@ -536,6 +661,13 @@ class Worker(Client):
                 return None
             if got is not None and got is not LOST:
                 return token
+
+    def start_lock_manager(self, first_ms: int) -> None:
+        """Start the lock manager (`lock_manager`), as the callback-driven `_LockManager` (same steps)."""
+        if _ELISION:
+            _LockManager(self, first_ms)
+        else:
+            self.env.process(self.lock_manager(first_ms))
 
     def lock_manager(self, first_ms: int) -> Proc:
         """ONE timer renews every due lease of this worker in ONE batched round trip."""
