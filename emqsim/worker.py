@@ -118,6 +118,8 @@ class Client:
             outages.pop(0)
         out_ms = rtt_ms // 2
         back_ms = rtt_ms - out_ms
+        if not outages or now + rtt_ms < outages[0][0]:
+            return out_ms, back_ms  # the windows are sorted and disjoint: none touches this round trip
         sent = now
         for start, _, back in outages:
             if start <= sent < back or sent < start <= sent + out_ms:
