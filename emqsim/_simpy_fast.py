@@ -2,7 +2,8 @@
 
 SimPy 4 keeps the clock in `Environment._now` and an event's outcome in `_ok` / `_value`; `schedule` puts
 an event on the queue. Going through them directly saves a Python frame per store command and one event
-per reply. A SimPy release that changed them would change the golden digests (tests/test_golden.py).
+per reply, and lets the workers' timers run as callbacks on a reusable queue entry (`Tick`) instead of
+processes. A SimPy release that changed them would change the golden digests (tests/test_golden.py).
 """
 
 from __future__ import annotations
