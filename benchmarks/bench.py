@@ -4,6 +4,7 @@
     python benchmarks/bench.py --json bench.json    # also write every number as JSON
     python benchmarks/bench.py --only bare,model    # some sections: bare, model, sweep, heartbeat, big
     python benchmarks/bench.py --quick              # small sizes, a smoke test of the script itself
+                                                    # (skips explore and tune unless --only names them)
 
 Sections
   bare       a bare SimPy loop doing as many timeout events as the standard workload: the engine's limit
@@ -17,7 +18,15 @@ Sections
   big        peak RSS of a large run (default 100,000 jobs, extrapolated linearly to 1,000,000), with the
              default records, with record_locks=False, and streaming (`simulate_summary`'s job sink, no
              records, with remove_on_complete)
+  explore    `python -m emqsim explore` with its defaults: wall time
+  tune       the README's `python -m emqsim tune --preset bullmq --max-requests 4 --plot frontier.png`
+             (the plot written to a temporary directory): wall time
   breakdown  (only when asked for) the default sweep's cost per cell and the best 2-process schedule
+
+Issue 27's targets are reported as their own PASS/FAIL rows ("issue 27: ..."): the standard workload
+streaming against bare SimPy doing the same number of events in the same run, the default sweep, explore,
+tune, and a 1,000,000-job streaming run (time and peak RSS; measured with `--only big --big-jobs 1000000
+--big-modes streaming`, else extrapolated). The test-suite row is not a benchmark and is not reported here.
 
 Every measurement runs in a fresh interpreter (`--child`), so peak RSS (ru_maxrss) is the run's own, and the
 code measured is the checkout this file lives in. Timings on a shared machine are noisy: the timing sections
@@ -44,7 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-SECTIONS = ("bare", "model", "sweep", "heartbeat", "big")
+SECTIONS = ("bare", "model", "sweep", "heartbeat", "big", "explore", "tune")
 SWEEP_ARGS = ("sweep", "--lease", "30", "--beat", "10", "--quiet", "--json")
 TARGETS = {
     "overhead_ratio": 2.5,  # model time per event / bare SimPy time per event
@@ -52,6 +61,17 @@ TARGETS = {
     "parallel_efficiency": 0.85,  # speed-up(--jobs 2 over --jobs 1) / 2
     "rss_1m_mb": 500.0,  # peak RSS of a 1,000,000-job run
 }
+# issue 27 ("the same answers in a fraction of the events"): each row is reported PASS/FAIL
+ISSUE27_TARGETS = {
+    "streaming_vs_bare_same_events": 2.0,  # standard workload streaming / bare SimPy doing as many events
+    "default_sweep_s": 1.5,  # `sweep --lease 30 --beat 10`, 2 cores
+    "explore_s": 20.0,  # `explore` with its defaults
+    "tune_s": 8.0,  # the README's tune example
+    "big_streaming_s": 60.0,  # 1,000,000 jobs streaming: wall time
+    "big_streaming_mb": 200.0,  # and peak RSS
+}
+EXPLORE_ARGS = ("explore",)
+TUNE_ARGS = ("tune", "--preset", "bullmq", "--max-requests", "4", "--plot", "frontier.png")
 MB = 1024 * 1024
 BIG_MODES: dict[str, dict[str, Any]] = {
     "default": {},  # every record
@@ -243,7 +263,7 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def timed_cli(args: Sequence[str]) -> dict[str, Any]:
+def timed_cli(args: Sequence[str], cwd: Path = ROOT) -> dict[str, Any]:
     """Run `python -m emqsim ARGS` with stdout to /dev/null; wall time and the children's CPU time."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load = _load()
@@ -254,7 +274,7 @@ def timed_cli(args: Sequence[str]) -> dict[str, Any]:
         stderr=subprocess.PIPE,
         text=True,
         env=_env(),
-        cwd=ROOT,
+        cwd=cwd,
     )
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -367,6 +387,27 @@ def section_sweep(cfg: argparse.Namespace, report: Report) -> dict[str, Any]:
         f"efficiency {res['efficiency']:.0%}; cpu --jobs 1 {res['jobs1']['cpu_s']['min']:.1f} s, --jobs 2 "
         f"{res['jobs2']['cpu_s']['min']:.1f} s; load average before: "
         + ", ".join(str(r["loadavg_before"][0]) for rs in runs.values() for r in rs)
+    )
+    return res
+
+
+def section_cli(cfg: argparse.Namespace, report: Report, name: str, args: Sequence[str]) -> dict[str, Any]:
+    """Wall time of one CLI command (`--sweep-repeat` times), run in a temporary directory so files it
+    writes (the tune example's plot) land there."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix=f"emqsim-bench-{name}-") as tmp:
+        runs = [timed_cli(args, cwd=Path(tmp)) for _ in range(cfg.sweep_repeat)]
+    ok = [r for r in runs if r["exit"] == 0]
+    res: dict[str, Any] = {"command": "python -m emqsim " + " ".join(args), "runs": runs}
+    if len(ok) < len(runs):
+        res["error"] = next(r for r in runs if r["exit"] != 0).get("error", "failed")
+    res["wall_s"] = _stats([r["wall_s"] for r in (ok or runs)])
+    res["cpu_s"] = _stats([r["cpu_s"] for r in (ok or runs)])
+    report.line(
+        f"{name}: `{res['command']}`: wall min {res['wall_s']['min']:.1f} s / median "
+        f"{res['wall_s']['median']:.1f} s (cpu min {res['cpu_s']['min']:.1f} s)"
+        + (f"; FAILED: {res['error']}" if "error" in res else "")
     )
     return res
 
@@ -616,6 +657,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown_modes:
         p.error(f"unknown --big-modes {', '.join(unknown_modes)}; choose from {', '.join(BIG_MODES)}")
     sections = [s.strip() for s in cfg.only.split(",")] if cfg.only else list(SECTIONS)
+    if cfg.quick and not cfg.only:  # the full-size CLI commands have no small version: name them to run them
+        sections = [s for s in sections if s not in ("explore", "tune")]
     unknown = set(sections) - set(SECTIONS) - {"breakdown"}
     if unknown:
         p.error(f"unknown section(s) {sorted(unknown)}; choose from {', '.join(SECTIONS)}, breakdown")
@@ -664,6 +707,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"       whole workload vs bare SimPy doing {REFERENCE_EVENTS:,} events (the standard "
                     f"workload's count at 56d4a19): {same_work:.2f}x"
                 )
+            streaming = models.get("streaming")
+            if streaming is not None:
+                # issue 27: the streaming run against bare SimPy doing the streaming run's own event count
+                bare_same = bare["wall_s"]["min"] / bare["events"] * streaming["events"]
+                same = streaming["wall_s"]["min"] / bare_same
+                bare_same_cpu = bare["cpu_s"]["min"] / bare["events"] * streaming["events"]
+                results["issue27_streaming_vs_bare"] = {
+                    "wall": same,
+                    "cpu": streaming["cpu_s"]["min"] / bare_same_cpu,
+                }
+                report.verdict(
+                    "issue 27: standard workload, streaming, vs bare SimPy doing the same events <= 2.0x",
+                    same <= ISSUE27_TARGETS["streaming_vs_bare_same_events"],
+                    f"{same:.2f}x by wall (cpu {results['issue27_streaming_vs_bare']['cpu']:.2f}x): "
+                    f"{streaming['wall_s']['min']:.2f} s against {bare_same:.2f} s for "
+                    f"{streaming['events']:,} bare events",
+                )
     if "sweep" in sections:
         results["sweep"] = sw = section_sweep(cfg, report)
         broken = " (the sweep FAILED: " + sw["error"] + ")" if "error" in sw else ""
@@ -678,6 +738,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{sw['efficiency']:.0%} (speed-up {sw['speedup']:.2f}: --jobs 1 {sw['jobs1']['wall_s']['min']:.1f} s, "
             f"--jobs 2 {sw['jobs2']['wall_s']['min']:.1f} s){broken}",
         )
+        report.verdict(
+            "issue 27: default sweep --lease 30 --beat 10 <= 1.5 s on 2 cores",
+            sw["default"]["wall_s"]["min"] <= ISSUE27_TARGETS["default_sweep_s"] and not broken,
+            f"{sw['default']['wall_s']['min']:.1f} s (min of {cfg.sweep_repeat}){broken}",
+        )
+    for name, args, key in (("explore", EXPLORE_ARGS, "explore_s"), ("tune", TUNE_ARGS, "tune_s")):
+        if name in sections:
+            results[name] = r = section_cli(cfg, report, name, args)
+            limit = ISSUE27_TARGETS[key]
+            report.verdict(
+                f"issue 27: `{r['command']}` <= {limit:g} s",
+                r["wall_s"]["min"] <= limit and "error" not in r,
+                f"{r['wall_s']['min']:.1f} s (min of {cfg.sweep_repeat})"
+                + (f" (FAILED: {r['error']})" if "error" in r else ""),
+            )
     if "heartbeat" in sections:
         results["heartbeat"] = section_heartbeat(cfg, report)
     if "big" in sections:
@@ -687,6 +762,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{cfg.extrapolate_to:,}-job run peak RSS < 500 MB ({mode})",
                 m["rss_mb"] < TARGETS["rss_1m_mb"],
                 f"{m['rss_mb']:.0f} MB ({m['how']})",
+            )
+        streaming = big["modes"].get("streaming")
+        if streaming is not None and cfg.extrapolate_to == 1_000_000:
+            measured = next((p for p in streaming["points"] if p["jobs"] == 1_000_000), None)
+            wall = measured["wall_s"] if measured is not None else streaming["wall_s_estimate"]
+            how = "measured" if measured is not None else "extrapolated"
+            report.verdict(
+                "issue 27: 1,000,000 jobs streaming <= 60 s and <= 200 MB",
+                wall <= ISSUE27_TARGETS["big_streaming_s"]
+                and streaming["rss_mb"] <= ISSUE27_TARGETS["big_streaming_mb"],
+                f"{wall:.0f} s ({how}), {streaming['rss_mb']:.0f} MB ({streaming['how']})",
             )
     if "breakdown" in sections:
         results["breakdown"] = section_breakdown(cfg, report)

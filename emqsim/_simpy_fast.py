@@ -2,17 +2,21 @@
 
 SimPy 4 keeps the clock in `Environment._now` and an event's outcome in `_ok` / `_value`; `schedule` puts
 an event on the queue. Going through them directly saves a Python frame per store command and one event
-per reply. A SimPy release that changed them would change the golden digests (tests/test_golden.py).
+per reply, and lets the workers' timers run as callbacks on a reusable queue entry (`Tick`) instead of
+processes. A SimPy release that changed them would change the golden digests (tests/test_golden.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from heapq import heappush
 from typing import Any
 
 import simpy
-from simpy.events import NORMAL
+from simpy.events import NORMAL, URGENT
+
+__all__ = ["NORMAL", "URGENT", "Tick", "clock", "replier"]
 
 
 def clock(env: simpy.Environment) -> Callable[[], Any]:
@@ -31,3 +35,27 @@ def replier(env: simpy.Environment) -> Callable[[simpy.Event, Any, int], None]:
         schedule(event, NORMAL, delay)
 
     return reply
+
+
+class Tick:
+    """A reusable timer for a callback-driven process: `after(delay, callbacks)` puts this object on SimPy's
+    event queue exactly as `env.timeout(delay)` would (same time, priority and place in the order, one id
+    from the same counter), and SimPy's loop calls each of `callbacks` with it when it comes due. What it
+    saves over a `Timeout` that resumes a generator is the event object and the generator round trip. It
+    holds at most one pending call, so it must not be re-armed before that call ran; `callbacks` may be the
+    same list every time (SimPy only iterates it)."""
+
+    __slots__ = ("callbacks", "_ok", "_value", "_env", "_queue", "_eid")
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.callbacks: list[Callable[[Any], None]] | None = None
+        self._ok = True
+        self._value: Any = None
+        self._env = env
+        self._queue: list[Any] = env._queue
+        self._eid = env._eid
+
+    def after(self, delay: int, callbacks: list[Callable[[Any], None]], priority: int = NORMAL) -> None:
+        """Call `callbacks` `delay` ms from now (`priority` URGENT stands for a process's start)."""
+        self.callbacks = callbacks
+        heappush(self._queue, (self._env._now + delay, priority, next(self._eid), self))

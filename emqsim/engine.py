@@ -326,7 +326,7 @@ class Simulation:
             first = tick if aligned or restarted else int(phases.integers(1, tick + 1))
             if not restarted:
                 first = self.timer_phases.get(("renew", wid), first)
-            self.env.process(worker.lock_manager(first))
+            worker.start_lock_manager(first)
         if policy.swept_by == "workers":
             # BullMQ's stalled checker runs once as soon as the worker starts. Workers started at independent
             # arbitrary moments: the one that sweeps (rate limit held) is a random one, the others' attempts
@@ -340,7 +340,7 @@ class Simulation:
                 first = phase if wid == incumbent else phase + offset
             if not restarted:
                 first = self.timer_phases.get(("sweep", wid), first)  # explore sets the phases it searches
-            self.env.process(worker.sweeper(first))
+            worker.start_sweeper(first)
         for _ in range(self.scenario.concurrency):
             self.env.process(worker.slot())
         faults = self.scenario.random_faults
@@ -395,7 +395,7 @@ class Simulation:
                 0 if scenario.phases == "aligned" else int(phases.integers(0, self.policy.sweep_interval_ms))
             )
             first = self.timer_phases.get(("sweep", REAPER), first)
-            self.env.process(reaper.sweeper(first))
+            reaper.start_sweeper(first)
         for fault in scenario.faults:
             if fault.worker is not None and not isinstance(fault, Outage):
                 self.env.process(self._worker_fault(fault))

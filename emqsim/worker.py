@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 import simpy
 
+from emqsim._simpy_fast import URGENT, Tick
 from emqsim.distributions import Fixed
 from emqsim.ledger import AttemptDraft, Ledger
 from emqsim.policies import ReclaimPolicy
@@ -27,6 +28,8 @@ from emqsim.units import to_ms
 ALIVE, FROZEN, BLOCKED, DEAD = "alive", "frozen", "blocked", "dead"
 RTT_BLOCK = 256  # round trips drawn at once (a fixed block size keeps the draws reproducible)
 Proc = Generator[simpy.Event, Any, Any]
+# Private switch for tests: False runs every timer as the plain SimPy process it stands for (same results).
+_ELISION = True
 
 
 class WorkerHost(Protocol):
@@ -115,6 +118,8 @@ class Client:
             outages.pop(0)
         out_ms = rtt_ms // 2
         back_ms = rtt_ms - out_ms
+        if not outages or now + rtt_ms < outages[0][0]:
+            return out_ms, back_ms  # the windows are sorted and disjoint: none touches this round trip
         sent = now
         for start, _, back in outages:
             if start <= sent < back or sent < start <= sent + out_ms:
@@ -153,6 +158,14 @@ class Client:
                 return result
             if not retry:
                 return LOST
+
+    def start_sweeper(self, first_ms: int) -> None:
+        """Start the sweep timer (`sweeper`): as the callback-driven `_SweepTimer` when requests are not lost
+        (the same steps in the same places of the event order, without a generator), else as a process."""
+        if _ELISION and (self._loss <= 0 or not self._loss_all):
+            _SweepTimer(self, first_ms)
+        else:
+            self.env.process(self.sweeper(first_ms))
 
     def sweeper(self, first_ms: int) -> Proc:
         """Run the policy's sweep on a timer: once at `first_ms`, then every interval after each run."""
@@ -194,6 +207,208 @@ class Client:
     @property
     def label(self) -> str:
         return f"worker {self.wid}"
+
+
+class _SweepTimer:
+    """`Client.sweeper` without loss, as callbacks on one `Tick`: a stalled check the rate limit is certain to
+    refuse (nearly all of them when every worker checks) costs one light queue entry for its round trip and
+    one for the interval, with no event object and no generator resumed. Every step happens at the same point
+    of SimPy's event order as the generator's (`Tick` takes its ids from the same counter, a start is URGENT
+    like `Initialize`, the end schedules what a finished process schedules), so the round-trip draws, the
+    requests, the commands and every record are the generator's, faults and outages included: a frozen or
+    blocked client's timer waits on its `resume_event` in the same callback order."""
+
+    __slots__ = ("client", "server", "tick", "interval_ms", "sweep", "_to_wake", "_to_replied")
+
+    def __init__(self, client: Client, first_ms: int) -> None:
+        self.client = client
+        server = self.server = client.sim.server
+        self.tick = Tick(client.env)
+        self.interval_ms = client.sim.policy.sweep_interval_ms
+        by = client.label
+
+        def sweep(now: int) -> Any:
+            return server.sweep(by, now)
+
+        self.sweep = sweep
+        self._to_wake: list[Callable[[Any], None]] = [self._wake]
+        self._to_replied: list[Callable[[Any], None]] = [self._replied]
+        self.tick.after(0, [lambda _: self.tick.after(first_ms, self._to_wake)], URGENT)
+
+    def _carry_on(self, then: Callable[[], None]) -> None:
+        """`Client.carry_on`, then `then()`: wait out a freeze or a blocked loop; a dead client ends."""
+        client = self.client
+        if client.state == FROZEN or client.state == BLOCKED:
+            assert client.resume_event is not None  # set by freeze() and block()
+            client.resume_event.callbacks.append(lambda _: self._carry_on(then))
+            return
+        if client.state == DEAD:
+            self.tick.after(0, [_ended])  # a process that returns schedules itself (one id, as SimPy does)
+            return
+        then()
+
+    def _wake(self, _: Any) -> None:
+        if self.client.state != ALIVE:
+            self._carry_on(self._check)
+        else:
+            self._check()
+
+    def _check(self) -> None:
+        client = self.client
+        server = self.server
+        now = int(client.env._now)
+        if client.outages:
+            out_ms, back_ms = client.route(client._rtt_ms())
+            if server.sweep_refused(now + out_ms):
+                self.tick.after(out_ms + back_ms, self._to_replied)
+            else:
+                reply = server.send_split("sweep", self.sweep, out_ms, back_ms)
+                reply.callbacks.append(self._replied)
+        else:
+            rtt_ms = client._rtt_ms()
+            if server.sweep_refused(now + rtt_ms // 2):
+                self.tick.after(rtt_ms, self._to_replied)
+            else:
+                reply = server.send("sweep", self.sweep, rtt_ms, False)
+                reply.callbacks.append(self._replied)
+
+    def _replied(self, _: Any) -> None:
+        if self.client.state != ALIVE:
+            self._carry_on(self._again)
+        else:
+            self.tick.after(self.interval_ms, self._to_wake)
+
+    def _again(self) -> None:
+        self.tick.after(self.interval_ms, self._to_wake)
+
+
+class _LockManager:
+    """`Worker.lock_manager` as callbacks on one `Tick`, for the same reason and with the same guarantee as
+    `_SweepTimer`: each tick, each renewal round trip (lost or answered) and each wait for a freeze or a
+    blocked loop stands at the generator's point of the event order, so draws and records are unchanged."""
+
+    __slots__ = (
+        "worker",
+        "server",
+        "rule",
+        "tick",
+        "first_ms",
+        "next_tick",
+        "fired_at",
+        "due",
+        "result",
+        "_to_wake",
+        "_to_lost",
+    )
+
+    def __init__(self, worker: Worker, first_ms: int) -> None:
+        rule = worker.sim.policy.renewal
+        assert rule is not None, "only a policy with a renewal rule starts a lock manager"
+        self.worker = worker
+        self.server = worker.sim.server
+        self.rule = rule
+        self.tick = Tick(worker.env)
+        self.first_ms = first_ms
+        self.next_tick = 0
+        self.fired_at = 0
+        self.due: list[tuple[str, str]] = []
+        self.result: Any = None
+        self._to_wake: list[Callable[[Any], None]] = [self._wake]
+        self._to_lost: list[Callable[[Any], None]] = [self._lost]
+        self.tick.after(0, [self._start], URGENT)
+
+    def _start(self, _: Any) -> None:
+        self.tick.after(self.first_ms, [self._first])
+
+    def _first(self, _: Any) -> None:
+        self.next_tick = int(self.worker.env._now)
+        self._wake(_)
+
+    def _carry_on(self, then: Callable[[], None]) -> None:
+        """`Client.carry_on`, then `then()`: wait out a freeze or a blocked loop; a dead worker's timer ends."""
+        worker = self.worker
+        if worker.state == FROZEN or worker.state == BLOCKED:
+            assert worker.resume_event is not None  # set by freeze() and block()
+            worker.resume_event.callbacks.append(lambda _: self._carry_on(then))
+            return
+        if worker.state == DEAD:
+            self.tick.after(0, [_ended])  # a process that returns schedules itself (one id, as SimPy does)
+            return
+        then()
+
+    def _wake(self, _: Any) -> None:
+        if self.worker.state != ALIVE:
+            self._carry_on(self._fire)
+        else:
+            self._fire()
+
+    def _fire(self) -> None:
+        worker = self.worker
+        server = self.server
+        now = self.fired_at = int(worker.env._now)
+        due_at = self.rule.due
+        tracked = worker.tracked
+        due = [(h.job, token) for token, h in tracked.items() if due_at(now, h.ts)]
+        if not due:
+            self._next()
+            return
+        for _, token in due:
+            tracked[token].ts = now
+        self.due = due
+
+        def op(t: int, d: list[tuple[str, str]] = due) -> Any:
+            return server.renew(d, t)
+
+        lost = worker._lost("renew")  # `Client.request("renew", op, retry=False)`, step by step
+        if worker.outages and not lost:
+            out_ms, back_ms = worker.route(worker._rtt_ms())
+            reply = server.send_split("renew", op, out_ms, back_ms)
+        else:
+            reply = server.send("renew", op, worker._rtt_ms(), lost)
+        if lost:
+            self.tick.after(worker._timeout_ms, self._to_lost)
+        else:
+            reply.callbacks.append(self._replied)
+
+    def _lost(self, _: Any) -> None:
+        self.result = LOST
+        self._carry_on(self._answered)
+
+    def _replied(self, reply: Any) -> None:
+        self.result = reply._value
+        self._carry_on(self._answered)
+
+    def _answered(self) -> None:
+        failed, self.result = self.result, None
+        if failed is LOST:
+            self.server.renewal_lost(self.due, self.fired_at)
+        else:
+            tracked = self.worker.tracked
+            for token in failed:
+                tracked.pop(token, None)  # lockRenewalFailed: stop renewing a lost lock
+        self.due = []
+        self._next()
+
+    def _next(self) -> None:
+        rule = self.rule
+        if rule.after_reply:
+            self.tick.after(rule.tick_ms, self._to_wake)
+            return
+        # Fixed rate on the original grid (see `Worker.lock_manager`).
+        now = int(self.worker.env._now)
+        tick_ms = rule.tick_ms
+        fired_at = self.fired_at
+        next_tick = self.next_tick + tick_ms
+        if next_tick <= fired_at:
+            next_tick += ((fired_at - next_tick) // tick_ms + 1) * tick_ms
+        if next_tick <= now:
+            next_tick += (now - next_tick) // tick_ms * tick_ms
+        self.next_tick = next_tick
+        self.tick.after(max(0, next_tick - now), self._to_wake)
+
+
+def _ended(_: Any) -> None:
+    """A finished timer's last queue entry (the event a returning SimPy process schedules)."""
 
 
 class Reaper(Client):
@@ -448,6 +663,13 @@ class Worker(Client):
                 return None
             if got is not None and got is not LOST:
                 return token
+
+    def start_lock_manager(self, first_ms: int) -> None:
+        """Start the lock manager (`lock_manager`), as the callback-driven `_LockManager` (same steps)."""
+        if _ELISION:
+            _LockManager(self, first_ms)
+        else:
+            self.env.process(self.lock_manager(first_ms))
 
     def lock_manager(self, first_ms: int) -> Proc:
         """ONE timer renews every due lease of this worker in ONE batched round trip."""
