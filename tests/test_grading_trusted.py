@@ -203,3 +203,8 @@ def test_identity_comes_from_the_folder_layout_and_the_sandbox_has_no_grader_var
     env = sandbox_env(tmp_path, "alice")
     assert env["HOME"] == str(tmp_path) and env["EMQSIM_STUDENT_ID"] == "alice"
     assert "EMQSIM_GRADING" not in env and "AWS_SECRET_ACCESS_KEY" not in env
+
+
+def test_written_in_notebook_reads_through_cell_magics_that_run_python():
+    with trusted_context("bob", {"q2": "%%time\nfrom fractions import Fraction\n\n\ndef f(x):\n    return x"}):
+        written_in_notebook("f")

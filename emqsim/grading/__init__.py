@@ -12,15 +12,16 @@ module does the same two jobs for people without an nbgrader course:
   autograded test cell with nbgrader's rule: an error, or anything written to stderr, scores 0; a number as the
   cell's result is partial credit; anything else scores full points.
 
-Grading executes the notebook's code. `grade` runs it in a temporary copy of the notebook's folder, in a child
-process with resource limits and a wall-clock limit, and kills every process the notebook started before it
-returns; it cannot stop code from reading or writing files the grading user may touch. Run it as an
-unprivileged user or in a container for untrusted submissions.
+Grading executes the notebook's code, in a sandboxed kernel (`grade`: a session of its own, resource limits,
+a private copy of the folder, a private HOME and TMPDIR, a scrubbed environment), and every process it started
+is killed before `grade` returns; it cannot stop code from reading or writing files the grading user may
+touch: run it as an unprivileged user or in a container for untrusted submissions.
 
-The test cells of the assignments call `check_answers`: the checks run in a fresh Python process on the
-student's answer cells read from the notebook file, with the answers handed over by name, after a check that
-the answers left the libraries untouched. `grade` runs those checks itself, outside the notebook's kernel, so
-nothing the notebook does inside its kernel can change their verdict.
+The verdict is computed in the grading process, which never runs student code: the test cells' checks (from
+the `--against` source) run there, on the answers handed over as plain data or called through proxies across
+a socket (`emqsim.grading.trusted`, `emqsim.grading.agent`, `emqsim.grading.checks`). Inside a student's own
+kernel, `check_answers` still runs the checks in a fresh process that re-runs the saved answer cells: that is
+for the student's convenience, and its verdict counts for nothing.
 """
 
 from __future__ import annotations
@@ -310,6 +311,9 @@ _DYNAMIC = frozenset(
 )
 
 
+_PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
+
+
 def written_in_notebook(
     name: str, *, kind: str = "def", base: str | None = None, forbidden: Sequence[str] = ()
 ) -> None:
@@ -325,6 +329,9 @@ def written_in_notebook(
     assert isinstance(answers, dict), "the checks run without the answer cells' source"
     trees = []
     for source in answers.values():
+        first, _, rest = source.lstrip().partition("\n")
+        if first.startswith("%%") and first[2:].split(" ")[0] in _PYTHON_CELL_MAGICS:
+            source = rest  # the cell's body is Python the magic runs (timed, captured)
         try:
             trees.append(ast.parse(_as_python(source)))
         except SyntaxError:
