@@ -447,7 +447,8 @@ CASES: dict[tuple[str, str], tuple[dict[str, str], list[str] | None]] = {
     ("01-detection-latency", "library-formula"): (
         {
             "q1-predict": "from emqsim import analytic\n\n\ndef predict_detection(lease, beat, scan):\n"
-            "    return lease - beat / 2 + scan / 2, lease - beat, lease + scan  # analytic.lease_detection",
+            "    t = analytic.lease_detection(lease, beat, scan, two_phase=False, swept_by='reaper', rtt=0.0, "
+            "resolution=1e-9)\n    return t.mean, t.lo, t.hi",
         },
         ["q1-predict-tests"],
     ),

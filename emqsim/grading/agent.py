@@ -131,7 +131,13 @@ class Agent:
         if "$ref" in value:
             return self.table[value["$ref"]]
         if "$tobj" in value:
-            return TrustedProxy(self, value["$tobj"], value.get("methods", []), value.get("type", "object"))
+            return TrustedProxy(
+                self,
+                value["$tobj"],
+                value.get("methods", []),
+                value.get("type", "object"),
+                value.get("attrs", {}),
+            )
         if "$tfn" in value:
             return TrustedFunction(self, value["$tfn"])
         raise ValueError(f"unknown value {sorted(value)[:3]}")
@@ -216,15 +222,20 @@ class Agent:
 class TrustedProxy:
     """An object of the grader's (a queue, a store, its keys): attribute reads and method calls go to it."""
 
-    def __init__(self, agent: Agent, ref: int, methods: list[str], kind: str) -> None:
+    def __init__(
+        self, agent: Agent, ref: int, methods: list[str], kind: str, attrs: dict[str, Any] | None = None
+    ) -> None:
         object.__setattr__(self, "_agent", agent)
         object.__setattr__(self, "_ref", ref)
         object.__setattr__(self, "_methods", frozenset(methods))
         object.__setattr__(self, "_kind", kind)
+        object.__setattr__(self, "_attrs", {k: agent.decode(v) for k, v in (attrs or {}).items()})
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
+        if name in self._attrs:  # sent with the handle
+            return self._attrs[name]
         if name in self._methods:
             return TrustedMethod(self._agent, self._ref, name)
         return self._agent.request({"op": "getattr", "ref": self._ref, "name": name})

@@ -31,6 +31,18 @@ from emqsim.policies import ReclaimPolicy, RenewalRule
 from emqsim.protocol import FinishReply, SweepReply
 
 CALL_TIMEOUT = 60.0  # seconds one call into the student's code may take
+# The modules whose dataclasses the grader rebuilds from their fields (results, replies, rules, distributions)
+RESULT_MODULES = frozenset(
+    {
+        "emqsim.records",
+        "emqsim.protocol",
+        "emqsim.policies",
+        "emqsim.distributions",
+        "emqsim.fencing",
+        "emqsim.summaries",
+        "emqsim.faults",
+    }
+)
 _POLICY_BASES = ("emqsim.policies",)
 
 
@@ -189,7 +201,7 @@ class Channel:
         if not isinstance(where, str) or ":" not in where:
             raise WireError("a dataclass needs its module:name")
         module, _, name = where.partition(":")
-        if not module.startswith("emqsim.") or module.startswith("emqsim.grading") or "<" in name:
+        if module not in RESULT_MODULES or "<" in name:
             raise WireError(f"{where} is not one of emqsim's result types")
         try:
             cls: Any = importlib.import_module(module)
@@ -253,9 +265,11 @@ class Channel:
             }
         return self._export(value)
 
-    def _export(self, value: Any) -> Any:
+    def _export(self, value: Any, depth: int = 0) -> Any:
         """A handle to one of the grader's objects the student's code may use: only objects of emqsim's own
-        classes or of the checks' (never a module, a class, a function)."""
+        classes or of the checks' (never a module, a class, a function). An emqsim object's public plain
+        attributes, and its public attributes that are exportable objects (a queue's store and keys), travel
+        with the handle: each read of them would otherwise be a round trip."""
         owner = getattr(value, "__self__", None)
         public = not str(getattr(value, "__name__", "_")).startswith("_")
         if owner is not None and callable(value) and public and _exportable(owner):
@@ -269,7 +283,21 @@ class Channel:
             and callable(getattr(type(value), name, None))
             and not isinstance(getattr(type(value), name, None), type)
         )
-        return {"$tobj": self._register(value), "type": type(value).__name__, "methods": methods}
+        attrs: dict[str, Any] = {}
+        if type(value).__module__ != "__checks__" and depth < 2:
+            for key, member in list(vars(value).items()) if hasattr(value, "__dict__") else []:
+                if key.startswith("_"):
+                    continue
+                if member is None or type(member) in (bool, int, float, str):
+                    attrs[key] = member
+                elif _exportable(member):
+                    attrs[key] = self._export(member, depth + 1)
+        return {
+            "$tobj": self._register(value),
+            "type": type(value).__name__,
+            "methods": methods,
+            "attrs": attrs,
+        }
 
     def _register(self, value: Any) -> int:
         key = id(value)
