@@ -626,6 +626,14 @@ EXACT: dict[tuple[str, str], tuple[dict[str, str], float]] = {
         {"q1-losses": "# YOUR CODE HERE\nraise NotImplementedError()"},
         5.0,
     ),
+    ("05-missed-heartbeats", "hangs-on-a-hidden-input"): (
+        {
+            "q1-losses": "def losses_to_lapse(lease, beat):\n    while (lease, beat) == (25.0, 10.0):\n"
+            "        pass  # a bug: never returns for this input; the grader interrupts it after 60 s\n"
+            "    return math.floor(lease / beat)"
+        },
+        5.0,
+    ),
     ("06-shortest-pause", "skipped-q1"): (
         {"q1-shortest": "# YOUR CODE HERE\nraise NotImplementedError()"},
         3.0,
@@ -653,7 +661,7 @@ EXACT: dict[tuple[str, str], tuple[dict[str, str], float]] = {
     ("02-tuning-under-pauses", "unusual-correct"): (
         {
             "q1-p-lapse": "%%time\nimport numpy as np\n\n\ndef p_lapse(lease, beat, pauses):\n"
-            "    u = np.linspace(0.0, beat, 2001)  # the trapezoid rule instead of quad\n"
+            "    u = np.linspace(0.0, beat, 401)  # the trapezoid rule instead of quad\n"
             "    g = np.array([pauses.survival(lease - x) for x in u])\n"
             "    return np.float64(np.trapezoid(g, u) / beat)\n\n\ndisplay(p_lapse(10.0, 2.0, PAUSES))",
         },

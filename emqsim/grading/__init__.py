@@ -1190,10 +1190,10 @@ def _execute_isolated(
     env: dict[str, str],
     *,
     skip: frozenset[int] = frozenset(),
-    serve: Callable[[socket.socket, float], Any] | None = None,
+    serve: Callable[[socket.socket, float, Callable[[], bool]], Any] | None = None,
 ) -> tuple[Any, dict[int, str], str | None, Any]:
     """Run the notebook `target` (in its private folder) in a child process with a wall-clock limit. With
-    `serve`, the kernel ends by connecting to a socket of ours; `serve(connection, deadline)` then runs here,
+    `serve`, the kernel ends by connecting to a socket of ours; `serve(connection, deadline, interrupt)` then runs here,
     in this process, while the kernel answers it. Returns the executed notebook, the cells' reply errors, why
     the run stopped early, and what `serve` returned (None if the kernel never connected)."""
     import nbformat
@@ -1244,10 +1244,21 @@ def _execute_isolated(
             )
             try:
                 if listener is not None and serve is not None:
-                    connection = _accept(listener, proc, deadline, str(nonce))
-                    if connection is not None:
+                    accepted = _accept(listener, proc, deadline, str(nonce))
+                    if accepted is not None:
+                        connection, kernel = accepted
+
+                        def interrupt() -> bool:
+                            """SIGINT to the kernel, if it still is one of the run's processes."""
+                            if kernel not in _descendants(proc.pid):
+                                return False
+                            with contextlib.suppress(OSError):
+                                os.kill(kernel, signal.SIGINT)
+                                return True
+                            return False
+
                         with connection:
-                            served = serve(connection, deadline)
+                            served = serve(connection, deadline, interrupt)
                 proc.wait(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 raise ConfigError(
@@ -1270,7 +1281,8 @@ def _execute_isolated(
 
 
 def _accept(listener: socket.socket, proc: subprocess.Popen[Any], deadline: float, nonce: str) -> Any:
-    """The kernel's connection, once it said the nonce; None if the run ended (or the time ran out) first."""
+    """The kernel's connection and the pid it gave, once it said the nonce; None if the run ended (or the time
+    ran out) first. The pid is only used after checking that it is one of the run's own processes."""
     listener.settimeout(0.2)
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -1285,8 +1297,8 @@ def _accept(listener: socket.socket, proc: subprocess.Popen[Any], deadline: floa
         except (OSError, EOFError, WireError):
             connection.close()
             continue
-        if hello.get("hello") == nonce:
-            return connection
+        if hello.get("hello") == nonce and type(hello.get("pid")) is int:
+            return connection, hello["pid"]
         connection.close()
     return None
 
@@ -1369,8 +1381,8 @@ def grade(
         if c.get("cell_type") == "code" and is_solution(c)
     }
 
-    def serve(connection: socket.socket, deadline: float) -> dict[str, Any]:
-        channel = Channel(connection, deadline=deadline)
+    def serve(connection: socket.socket, deadline: float, interrupt: Callable[[], bool]) -> dict[str, Any]:
+        channel = Channel(connection, deadline=deadline, interrupt=interrupt)
         try:
             return run_trusted_checks(channel, calls, student=who, answers=answers)
         finally:

@@ -15,6 +15,7 @@ import copy
 import dataclasses
 import importlib
 import numbers
+import os
 import socket
 from fractions import Fraction
 from typing import Any
@@ -286,7 +287,7 @@ def serve(path: str, nonce: str, namespace: dict[str, Any] | None = None) -> Non
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(path)
     try:
-        send(sock, {"hello": nonce})
+        send(sock, {"hello": nonce, "pid": os.getpid()})
         Agent(sock, namespace).loop()
     finally:
         sock.close()

@@ -22,7 +22,7 @@ import importlib
 import math
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from fractions import Fraction
 from typing import Any
 
@@ -55,9 +55,15 @@ class Channel:
     """The grader's end of one connection to the student's kernel."""
 
     def __init__(
-        self, sock: socket.socket, *, call_timeout: float = CALL_TIMEOUT, deadline: float | None = None
+        self,
+        sock: socket.socket,
+        *,
+        call_timeout: float = CALL_TIMEOUT,
+        deadline: float | None = None,
+        interrupt: Callable[[], bool] | None = None,
     ):
         self.sock = sock
+        self.interrupt = interrupt
         self.call_timeout = call_timeout
         self.deadline = deadline
         self.exported: dict[int, Any] = {}
@@ -93,7 +99,10 @@ class Channel:
                     return self.decode(message.get("value"))
                 self._serve(message)
         except TimeoutError:
-            self.broken = f"the student's code did not answer within {self.call_timeout:g} s"
+            why = f"the student's code did not answer within {self.call_timeout:g} s"
+            if self._recover(ident):
+                raise RemoteError(why) from None
+            self.broken = why
             raise RemoteError(self.broken) from None
         except (EOFError, OSError) as exc:
             self.broken = f"the student's kernel is gone ({type(exc).__name__})"
@@ -101,6 +110,26 @@ class Channel:
         except WireError as exc:
             self.broken = f"the student's kernel sent an invalid message: {exc}"
             raise RemoteError(self.broken) from None
+
+    def _recover(self, ident: int) -> bool:
+        """After a call ran out of time: interrupt the kernel and wait (10 s at most) for the call's reply, an
+        error now; True if it came, so the next question's calls can go on."""
+        if self.interrupt is None or not self.interrupt():
+            return False
+        limit = time.monotonic() + 10.0
+        try:
+            while (left := limit - time.monotonic()) > 0:
+                self.sock.settimeout(left)
+                message = receive(self.sock)
+                if message.get("re") == ident:
+                    return True
+                if "re" not in message:
+                    send(
+                        self.sock, {"re": message.get("id"), "error": "the call that made this one timed out"}
+                    )
+        except (TimeoutError, EOFError, OSError, WireError):
+            return False
+        return False
 
     def _serve(self, message: dict[str, Any]) -> None:
         """One call-back from the student's code into an object the grader handed it."""
