@@ -206,5 +206,7 @@ def test_identity_comes_from_the_folder_layout_and_the_sandbox_has_no_grader_var
 
 
 def test_written_in_notebook_reads_through_cell_magics_that_run_python():
-    with trusted_context("bob", {"q2": "%%time\nfrom fractions import Fraction\n\n\ndef f(x):\n    return x"}):
+    with trusted_context(
+        "bob", {"q2": "%%time\nfrom fractions import Fraction\n\n\ndef f(x):\n    return x"}
+    ):
         written_in_notebook("f")

@@ -665,7 +665,9 @@ def _check_main() -> None:
         cells = _cells_before(_read(request["notebook"]), test_id)
         from emqsim.grading.checks import CONTEXT
 
-        CONTEXT["answers"] = {label: source for label, source, answer in cells if answer}  # before the snapshot
+        CONTEXT["answers"] = {
+            label: source for label, source, answer in cells if answer
+        }  # before the snapshot
         snap = _snapshot()
     except Exception as exc:
         verdict(False, _one_line(f"{test_id}: cannot prepare the checks: {type(exc).__name__}: {exc}", 300))
