@@ -7,7 +7,12 @@ Every gaming submission is the model solution with one or more answer cells repl
 the routes are the ones a student who wants the points would take: shadow a helper or a library function the
 tests call, return the values a visible test checks, hand in the library's stock policy or a fixed threshold
 as the "adaptive" detector, copy another student's numbers, write a fencing check that always accepts or always
-rejects.
+rejects. Issue 24's classes have five or more submissions per assignment each: a frame walk to the checker in
+the first answer cell of an unanswered notebook, another student's id in EMQSIM_STUDENT_ID, patched SciPy or
+grader helpers and fake modules in sys.modules, a detector that recognises the grader's probe, the library's
+answer where the question says "write", answers pasted from the visible tests. `EXACT` holds honest partial
+submissions and unusual but correct ones (Fraction, NumPy types, warnings, display, %%time, %matplotlib, other
+methods) with the exact points they are due.
 """
 
 from __future__ import annotations
