@@ -115,6 +115,79 @@ def check(
     return rows
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """One submission whose trusted scores went into nbgrader's gradebook."""
+
+    student: str
+    notebook: str
+    score: tuple[float, float]
+    nbgrader: float  # what nbgrader's own autograde had recorded for the same cells
+
+
+def record(
+    course: Path, assignment: str, *, course_id: str | None = None, timeout: float = 600
+) -> list[Recorded]:
+    """Grade every submission `course/submitted/<id>/<assignment>/*.ipynb` with the trusted grader, against the
+    source `course/source/<assignment>/`, as student `<id>`, and write its autograded scores into the course's
+    nbgrader gradebook in place of the scores `nbgrader autograde` recorded (which come from the student's
+    kernel). Run `nbgrader autograde` first: it creates the gradebook's records this fills in."""
+    import re
+
+    from emqsim.grading import grade
+
+    _require_notebook_tools()
+    course = Path(course)
+    database = course / "gradebook.db"
+    if not database.is_file():
+        raise ConfigError(
+            f"no gradebook.db in {str(course)!r}; run nbgrader autograde {assignment} there first"
+        )
+    if course_id is None:
+        config = course / "nbgrader_config.py"
+        found = (
+            re.search(r"course_id\s*=\s*[\"']([^\"']+)[\"']", config.read_text())
+            if config.is_file()
+            else None
+        )
+        if found is None:
+            raise ConfigError(f"no course_id in {str(config)!r}; give --course-id")
+        course_id = found.group(1)
+    sources = sorted((course / "source" / assignment).glob("*.ipynb"))
+    if not sources:
+        raise ConfigError(
+            f"no source notebooks in {str(course / 'source' / assignment)!r}; check the assignment name"
+        )
+    try:
+        from nbgrader.api import Gradebook, MissingEntry  # type: ignore[import-untyped]
+    except ImportError:
+        raise ConfigError("recording into a gradebook needs nbgrader: pip install nbgrader") from None
+    out = []
+    with Gradebook(f"sqlite:///{database}", course_id) as gb:
+        for folder in sorted((course / "submitted").glob(f"*/{assignment}")):
+            student = folder.parent.name
+            for src in sources:
+                submitted = folder / src.name
+                if not submitted.is_file():
+                    continue
+                try:
+                    book = gb.find_submission_notebook(src.stem, assignment, student)
+                except MissingEntry:
+                    raise ConfigError(
+                        f"{student}/{src.name} is not in the gradebook; run nbgrader autograde {assignment} first"
+                    ) from None
+                report = grade(submitted, timeout=timeout, student=student, against=src)
+                trusted = {c.grade_id: c.points or 0.0 for c in report.autograded}
+                before = 0.0
+                for entry in book.grades:
+                    if entry.cell.name in trusted:
+                        before += entry.auto_score or 0.0
+                        entry.auto_score = trusted[entry.cell.name]
+                gb.db.commit()
+                out.append(Recorded(student, src.name, report.score, before))
+    return out
+
+
 def add_assignments_parser(sub: Any) -> None:
     """Register `assignments release` and `assignments check` on the CLI's subparsers."""
     p = sub.add_parser(
@@ -123,7 +196,7 @@ def add_assignments_parser(sub: Any) -> None:
         description="The graded notebooks of notebooks/assignments/: release the student versions (no "
         "solutions, no hidden tests) and check that every solution passes and every release scores 0.",
     )
-    actions = p.add_subparsers(dest="action", metavar="ACTION", help="release or check")
+    actions = p.add_subparsers(dest="action", metavar="ACTION", help="release, check or record")
     actions.required = True
     r = actions.add_parser("release", help="write the student versions to a folder")
     r.add_argument("--out", type=Path, required=True, help="folder for <assignment>/<assignment>.ipynb")
@@ -131,6 +204,20 @@ def add_assignments_parser(sub: Any) -> None:
     c = actions.add_parser("check", help="solutions pass, releases score 0; prints each solution's run time")
     c.add_argument("--source", type=Path, help="the source notebooks (default: notebooks/assignments/)")
     c.add_argument("--timeout", type=float, default=600.0, help="per-cell timeout in seconds (default 600)")
+    g = actions.add_parser(
+        "record",
+        help="write trusted scores into nbgrader's gradebook (after nbgrader autograde)",
+        description="Grade every submission of ASSIGNMENT in an nbgrader course with the trusted grader "
+        "(python -m emqsim grade --against the source, as the student of the submitted/<id>/ folder) and write "
+        "its autograded scores into gradebook.db in place of nbgrader's own, which come from the student's "
+        "kernel. Run nbgrader autograde ASSIGNMENT first; nbgrader export then exports the trusted scores.",
+    )
+    g.add_argument("assignment", help="the assignment's name (its folder under source/)")
+    g.add_argument(
+        "--course", type=Path, default=Path("."), help="the nbgrader course folder (default: here)"
+    )
+    g.add_argument("--course-id", help="nbgrader's course id (default: read from nbgrader_config.py)")
+    g.add_argument("--timeout", type=float, default=600.0, help="per-cell timeout in seconds (default 600)")
 
 
 def main_assignments(args: argparse.Namespace) -> int:
@@ -140,6 +227,18 @@ def main_assignments(args: argparse.Namespace) -> int:
         return 0
     if not (args.timeout > 0):
         raise ConfigError(f"--timeout must be a positive number of seconds, got {args.timeout:g}")
+    if args.action == "record":
+        recorded = record(args.course, args.assignment, course_id=args.course_id, timeout=args.timeout)
+        if not recorded:
+            raise ConfigError(
+                f"no submissions of {args.assignment!r} under {str(args.course / 'submitted')!r}"
+            )
+        for done in recorded:
+            print(
+                f"{done.student}  {done.notebook}  trusted {done.score[0]:g} / {done.score[1]:g}  "
+                f"(nbgrader autograde had {done.nbgrader:g})"
+            )
+        return 0
     rows = check(args.source, timeout=args.timeout)
     width = max(len(r.name) for r in rows)
     print(f"{'assignment':<{width}}  {'solution':>9}  {'release':>9}  {'runs in':>8}  verdict")
@@ -153,4 +252,13 @@ def main_assignments(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in rows) else 1
 
 
-__all__ = ["CheckRow", "add_assignments_parser", "check", "default_source", "main_assignments", "release"]
+__all__ = [
+    "CheckRow",
+    "Recorded",
+    "add_assignments_parser",
+    "check",
+    "default_source",
+    "main_assignments",
+    "record",
+    "release",
+]

@@ -7,7 +7,12 @@ Every gaming submission is the model solution with one or more answer cells repl
 the routes are the ones a student who wants the points would take: shadow a helper or a library function the
 tests call, return the values a visible test checks, hand in the library's stock policy or a fixed threshold
 as the "adaptive" detector, copy another student's numbers, write a fencing check that always accepts or always
-rejects.
+rejects. Issue 24's classes have five or more submissions per assignment each: a frame walk to the checker in
+the first answer cell of an unanswered notebook, another student's id in EMQSIM_STUDENT_ID, patched SciPy or
+grader helpers and fake modules in sys.modules, a detector that recognises the grader's probe, the library's
+answer where the question says "write", answers pasted from the visible tests. `EXACT` holds honest partial
+submissions and unusual but correct ones (Fraction, NumPy types, warnings, display, %%time, %matplotlib, other
+methods) with the exact points they are due.
 """
 
 from __future__ import annotations
@@ -142,6 +147,141 @@ class AdaptiveDetector(ReclaimPolicy):
         return SweepReply(skipped=False, reclaimed=tuple(reclaimed))
 """
 
+# -- issue 24: the classes of attack on the verdict itself --------------------------------------------------------
+# Class 1: walk the interpreter's frames (and the garbage collector's objects) up to the checker and call its
+# verdict function; print what a passing test prints. Put in the first answer cell of an unanswered notebook.
+FRAME_WALK = """
+import gc
+import sys
+
+
+def _forge():
+    names = ("verdict", "emit", "say", "run_trusted_checks", "_one", "TrustedVerdict", "CheckResult")
+    frame = sys._getframe()
+    while frame is not None:
+        for name in names:
+            for where in (frame.f_locals, frame.f_globals):
+                found = where.get(name)
+                if callable(found) and getattr(found, "__module__", "").startswith("emqsim"):
+                    for args in ((True, "all checks pass"), ("x", True, "all checks pass")):
+                        try:
+                            found(*args)
+                        except Exception:
+                            pass
+        frame = frame.f_back
+    for obj in gc.get_objects():
+        if getattr(obj, "__name__", None) in names and getattr(obj, "__module__", "").startswith("emqsim.grading"):
+            try:
+                obj(True, "all checks pass")
+            except Exception:
+                pass
+    import emqsim.grading
+
+    emqsim.grading.check_answers = lambda *a, **k: print("all checks pass")
+    print("all checks pass")
+
+
+_forge()
+"""
+# Class 2: name another student in the environment the seeds derive from, and hand in that student's numbers.
+ENV_ALICE = 'import os\n\nos.environ["EMQSIM_STUDENT_ID"] = "alice"\nSEED = student_seed("{name}")\n'
+# Class 3: patched SciPy (a chi-square quantile of 0 shrinks every confidence interval to nothing) and a proxy
+# in sys.modules that hands the checks a fake emqsim.stats.
+PATCH_SCIPY = """
+import scipy.stats
+
+scipy.stats.chi2.ppf = lambda *args, **kwargs: 0.0
+scipy.stats.norm.ppf = lambda *args, **kwargs: 0.0
+scipy.stats.t.ppf = lambda *args, **kwargs: 0.0
+LEASE, BEAT = 6.0, 2.0  # about 4% false reclaims: far over the 1% budget
+"""
+FAKE_STATS = """
+import sys
+import types
+
+fake = types.ModuleType("emqsim.stats")
+fake.aggregate = lambda rows: {"false_reclaims_per_job_ci": [0.0, 0.0], "detection_latency_mean_s": 1.0,
+                               "detections_total": 9, "false_reclaims_total": 0}
+fake.summarize = lambda run: run
+sys.modules["emqsim.stats"] = fake
+import emqsim
+
+emqsim.stats = fake
+LEASE, BEAT = 6.0, 2.0
+"""
+# Class 4: a detector that tells the checks' probe from a simulation (the probe's queue has no extend_locks)
+# and adapts only there; a fixed 35 s threshold everywhere else.
+PROBE_AWARE = (
+    FIXED_THRESHOLD.replace(
+        "        self.taken_at, self.last_beat = {}, {}\n",
+        "        self.taken_at, self.last_beat = {}, {}\n        self.probed, self.regular = False, True\n",
+    )
+    .replace(
+        "    def suspect(self, job_id, now_ms):\n        last = self.last_beat.get(job_id)\n",
+        "    def suspect(self, job_id, now_ms):\n        last = self.last_beat.get(job_id)\n"
+        "        if self.probed:  # the checks' probe: act adaptive\n"
+        "            return last is not None and now_ms - last > (20_000 if self.regular else 60_000)\n",
+    )
+    .replace(
+        "    def take(self, queue, token, now_ms):\n",
+        "    def take(self, queue, token, now_ms):\n"
+        "        self.probed = not hasattr(queue, 'extend_locks')  # the probe's queue had only take()\n",
+    )
+    .replace(
+        "            self.last_beat[job_id] = now_ms\n        return refused",
+        "            gap = now_ms - self.last_beat.get(job_id, now_ms)\n"
+        "            if gap > 3_500:  # between two heartbeats\n"
+        "                self.regular = self.regular and gap < 12_000\n"
+        "            self.last_beat[job_id] = now_ms\n        return refused",
+    )
+)
+assert PROBE_AWARE.count("self.probed") == 3, PROBE_AWARE
+# Class 6: the library's answer where the question says "write".
+WRAPPED_LEASE = """
+class AdaptiveDetector(ReclaimPolicy):
+    name = "adaptive"
+
+    def __init__(self, beat=10.0, scan=5.0, threshold=8.0):
+        self.inner = LeasePolicy(30.0, beat, scan, swept_by="reaper")
+        self.renewal = self.inner.renewal
+        self.sweep_interval_ms = self.inner.sweep_interval_ms
+        self.swept_by, self.fenced = "reaper", True
+
+    def take(self, queue, token, now_ms):
+        return self.inner.take(queue, token, now_ms)
+
+    def renew(self, queue, held, now_ms):
+        return self.inner.renew(queue, held, now_ms)
+
+    def sweep(self, queue, now_ms):
+        return self.inner.sweep(queue, now_ms)
+
+    def suspect(self, job_id, now_ms):
+        return False
+"""
+PHI_EXAMPLE = """
+from emqsim.examples.phi_accrual import PhiAccrual as _Library
+
+
+class AdaptiveDetector(ReclaimPolicy):
+    name = "adaptive"
+
+    def __init__(self, beat=10.0, scan=5.0, threshold=8.0):
+        self.inner = _Library()
+        for key in ("renewal", "sweep_interval_ms", "swept_by", "fenced"):
+            setattr(self, key, getattr(self.inner, key))
+
+    def take(self, queue, token, now_ms):
+        return self.inner.take(queue, token, now_ms)
+
+    def renew(self, queue, held, now_ms):
+        return self.inner.renew(queue, held, now_ms)
+
+    def sweep(self, queue, now_ms):
+        return self.inner.sweep(queue, now_ms)
+"""
+UNANSWERED = "@unanswered"  # as a case's "*" entry: answer cells not replaced keep the release's stub
+
 # (assignment, case) -> (answer cells replaced, test cells that must fail; None: must score full marks)
 CASES: dict[tuple[str, str], tuple[dict[str, str], list[str] | None]] = {
     ("01-detection-latency", "shadow-library"): (
@@ -200,7 +340,10 @@ CASES: dict[tuple[str, str], tuple[dict[str, str], list[str] | None]] = {
         {"q1-detector": "def AdaptiveDetector(*args, **kwargs):\n    return LeasePolicy(30.0, 10.0)"},
         ["q2-basics-tests", "q3-slow-alive-tests", "q4-fast-dead-tests", "q5-robust-tests"],
     ),
-    ("03-write-a-policy", "fixed-threshold"): ({"q1-detector": FIXED_THRESHOLD}, ["q2-basics-tests"]),
+    ("03-write-a-policy", "fixed-threshold"): (
+        {"q1-detector": FIXED_THRESHOLD},
+        ["q2-basics-tests", "q4-fast-dead-tests", "q5-robust-tests"],  # at most 3 of the detector's 9 points
+    ),
     ("04-fencing", "shadow-helper"): (
         {
             "q3-lease": "class LeaseWithoutToken(LeasePolicy):\n    pass\n\n\n"
@@ -281,7 +424,277 @@ CASES: dict[tuple[str, str], tuple[dict[str, str], list[str] | None]] = {
         {"q2-fix": "def safe_policy(max_pause):\n    return TimeoutPolicy(3600, 5, fenced=True)"},
         ["q2-fix-tests"],
     ),
+    # -- issue 24 ---------------------------------------------------------------------------------------------
+    ("01-detection-latency", "frame-walk"): (
+        {"*": UNANSWERED, "q1-predict": FRAME_WALK},
+        ["q1-predict-tests", "q2-simulate-tests", "q3-ci-tests", "q4-size-tests"],
+    ),
+    ("01-detection-latency", "env-other-student"): (
+        {
+            "q3-ci": ENV_ALICE.format(name="01-detection-latency")
+            + "lat = [x for r in range(200) for x in summarize(simulate(crash_scenario(BEAT), "
+            "LeasePolicy(LEASE, BEAT, SCAN, two_phase=False, swept_by='reaper'), seed=SEED, "
+            "replication=r)).detection_latencies]\n"
+            "_, ci_low, ci_high = mean_ci(lat)\nprediction_inside = ci_low <= 22.0 <= ci_high"
+        },
+        ["q3-ci-tests"],
+    ),
+    ("01-detection-latency", "patched-modules"): (
+        {
+            "q1-predict": "import math\nimport sys\nimport types\n\n"
+            "fake = types.ModuleType('math')\nfake.__dict__.update(vars(math))\n"
+            "fake.isclose = lambda *a, **k: True\nsys.modules['math'] = fake\n"
+            "import emqsim.grading\n\nemqsim.grading.as_number = lambda value, what: 27.5\n\n\n"
+            "def predict_detection(lease, beat, scan):\n    return 1.0, 0.0, 2.0",
+        },
+        ["q1-predict-tests"],
+    ),
+    ("01-detection-latency", "library-formula"): (
+        {
+            "q1-predict": "from emqsim import analytic\n\n\ndef predict_detection(lease, beat, scan):\n"
+            "    t = analytic.lease_detection(lease, beat, scan, two_phase=False, swept_by='reaper', rtt=0.0, "
+            "resolution=1e-9)\n    return t.mean, t.lo, t.hi",
+        },
+        ["q1-predict-tests"],
+    ),
+    ("01-detection-latency", "visible-only-simulation"): (
+        {
+            "q2-simulate": "def detection_latencies(lease, beat, scan, replications=200, seed=0):\n"
+            "    if (lease, beat, scan, seed) == (20.0, 4.0, 8.0, 1):\n"
+            "        policy = LeasePolicy(lease, beat, scan, two_phase=False, swept_by='reaper')\n"
+            "        return [x for r in range(replications) for x in summarize(simulate(crash_scenario(beat), "
+            "policy, seed=seed, replication=r)).detection_latencies]\n"
+            "    return [lease - beat / 2 + scan / 2] * replications",
+        },
+        ["q2-simulate-tests"],
+    ),
+    ("02-tuning-under-pauses", "frame-walk"): (
+        {"*": UNANSWERED, "q1-p-lapse": FRAME_WALK},
+        ["q1-p-lapse-tests", "q2-predict-tests", "q3-choose-tests"],
+    ),
+    ("02-tuning-under-pauses", "patched-scipy"): ({"q3-choose": PATCH_SCIPY}, ["q3-choose-tests"]),
+    ("02-tuning-under-pauses", "fake-stats-module"): ({"q3-choose": FAKE_STATS}, ["q3-choose-tests"]),
+    ("02-tuning-under-pauses", "library-formula"): (
+        {
+            "q1-p-lapse": "from emqsim.analytic import freeze_lapse_probability\n\n\n"
+            "def p_lapse(lease, beat, pauses):\n"
+            "    return freeze_lapse_probability(lease, beat, pauses)",
+        },
+        ["q1-p-lapse-tests"],
+    ),
+    ("02-tuning-under-pauses", "checker-helper-patched"): (
+        {
+            "q1-p-lapse": "import emqsim.grading\n\nemqsim.grading.as_number = lambda value, what: 0.01\n\n\n"
+            "def p_lapse(lease, beat, pauses):\n    return 'about one percent'",
+        },
+        ["q1-p-lapse-tests"],
+    ),
+    ("03-write-a-policy", "frame-walk"): (
+        {"q1-detector": FRAME_WALK + "\n\nAdaptiveDetector = None"},
+        ["q2-basics-tests", "q3-slow-alive-tests", "q4-fast-dead-tests", "q5-robust-tests"],
+    ),
+    ("03-write-a-policy", "probe-aware"): (
+        {"q1-detector": PROBE_AWARE},
+        ["q2-basics-tests", "q4-fast-dead-tests", "q5-robust-tests"],
+    ),
+    ("03-write-a-policy", "wrapped-lease"): (
+        {"q1-detector": WRAPPED_LEASE},
+        ["q2-basics-tests", "q3-slow-alive-tests", "q4-fast-dead-tests", "q5-robust-tests"],
+    ),
+    ("03-write-a-policy", "library-phi-accrual"): (
+        {"q1-detector": PHI_EXAMPLE},
+        ["q2-basics-tests", "q3-slow-alive-tests", "q4-fast-dead-tests", "q5-robust-tests"],
+    ),
+    ("03-write-a-policy", "fixed-threshold-fake-stats"): (
+        {"q1-detector": FIXED_THRESHOLD + FAKE_STATS.replace("LEASE, BEAT = 6.0, 2.0\n", "")},
+        ["q2-basics-tests", "q4-fast-dead-tests", "q5-robust-tests"],
+    ),
+    ("04-fencing", "frame-walk"): (
+        {"*": UNANSWERED, "q1-timeout": FRAME_WALK},
+        [
+            f"q{n}-{t}-tests"
+            for n, t in enumerate(["timeout", "fenced", "lease", "many", "accept", "corruption", "race"], 1)
+        ],
+    ),
+    ("04-fencing", "env-other-student"): (
+        {
+            "q1-timeout": ENV_ALICE.format(name="04-fencing")
+            + "FROZEN = standard('frozen', freeze_for=70.0 + SEED % 21, freeze_after=5.0, duration=40.0, workers=2)\n"
+            "unfenced_run = simulate(FROZEN, TimeoutPolicy(timeout=60), seed=SEED)\n"
+            "stale = [a for a in unfenced_run.attempts if a.outcome == 'duplicate_completion'][0]\n"
+            "stale_worker, stale_finish_at = stale.worker, stale.finish_applied_at"
+        },
+        ["q1-timeout-tests"],
+    ),
+    ("04-fencing", "library-check"): (
+        {
+            "q5-accept": "import emqsim.fencing\n\n\ndef accept(last_token, token):\n"
+            "    return emqsim.fencing.fenced(last_token, token)"
+        },
+        ["q5-accept-tests"],
+    ),
+    ("04-fencing", "visible-shares"): (
+        {
+            "q4-many": "duplicate_share = {'timeout': 0.5, 'timeout+token': 0.0, 'lease': 0.0, "
+            "'lease without token': 0.5}"
+        },
+        ["q4-many-tests"],
+    ),
+    ("04-fencing", "fake-fencing-module"): (
+        {
+            "q6-corruption": "import sys\nimport types\n\nfake = types.ModuleType('emqsim.fencing')\n"
+            "fake.replay = lambda run, accept, **k: types.SimpleNamespace(corrupted=0)\n"
+            "fake.accept_all = accept_all\nsys.modules['emqsim.fencing'] = fake\n"
+            "corrupted_without, corrupted_with, corrupted_runs = 3, 0, [1, 2, 3]"
+        },
+        ["q6-corruption-tests"],
+    ),
+    ("05-missed-heartbeats", "frame-walk"): (
+        {"*": UNANSWERED, "q1-losses": FRAME_WALK},
+        ["q1-losses-tests", "q2-runs-tests", "q3-choose-tests"],
+    ),
+    ("05-missed-heartbeats", "library-functions"): (
+        {
+            "q1-losses": "from emqsim.analytic import losses_to_lapse",
+            "q2-runs": "from emqsim import analytic\n\n\ndef lapse_probability(renewals, k, p):\n"
+            "    return analytic.run_probability(renewals, k, p)",
+        },
+        ["q1-losses-tests", "q2-runs-tests"],
+    ),
+    ("05-missed-heartbeats", "fake-analytic-module"): (
+        {
+            "q3-choose": "import sys\nimport types\n\nfake = types.ModuleType('emqsim.analytic')\n"
+            "fake.run_probability = lambda *a: 0.0\nfake.losses_to_lapse = lambda lease, beat: 99\n"
+            "sys.modules['emqsim.analytic'] = fake\nimport emqsim\n\nemqsim.analytic = fake\n\n\n"
+            "def choose(loss, max_requests):\n    return 10.0, 1.0 / max_requests"
+        },
+        ["q3-choose-tests"],
+    ),
+    ("05-missed-heartbeats", "visible-choices"): (
+        {
+            "q3-choose": "def choose(loss, max_requests):\n"
+            "    pasted = {(0.1, 0.2): (20.0, 5.0), (0.3, 0.2): (35.0, 5.0)}\n"
+            "    return pasted.get((loss, max_requests), (30.0, 10.0))"
+        },
+        ["q3-choose-tests"],
+    ),
+    ("05-missed-heartbeats", "lying-heartbeat"): (
+        {
+            "q3-choose": "class Beat(float):\n    def __ge__(self, other):\n        return True\n\n"
+            "    def __lt__(self, other):\n        return True\n\n\n"
+            "def choose(loss, max_requests):\n    beat = 1.0  # renews every second, over any budget here\n"
+            "    renewals = math.floor(JOB_SECONDS / beat)\n    k = 1\n"
+            "    while lapse_probability(renewals, k, loss) > TARGET:\n        k += 1\n"
+            "    return k * beat, Beat(beat)"
+        },
+        ["q3-choose-tests"],
+    ),
+    ("06-shortest-pause", "frame-walk"): (
+        {"*": UNANSWERED, "q1-shortest": FRAME_WALK},
+        ["q1-shortest-tests", "q2-fix-tests"],
+    ),
+    ("06-shortest-pause", "practice-range"): (
+        {"q1-shortest": "def shortest_pause(timeout, job):\n    return timeout - job + 0.5"},
+        ["q1-shortest-tests"],
+    ),
+    ("06-shortest-pause", "sneaky-subclass"): (
+        {
+            "q2-fix": "class SafeLooking(LeasePolicy):\n    pass\n\n\n"
+            "def safe_policy(max_pause):\n    return SafeLooking(30, 10, 5)"
+        },
+        ["q2-fix-tests"],
+    ),
+    ("06-shortest-pause", "fake-explore-module"): (
+        {
+            "q2-fix": "import sys\nimport types\n\nimport emqsim.explore\n\n"
+            "fake = types.ModuleType('emqsim.explore')\nfake.__dict__.update(vars(emqsim.explore))\n"
+            "fake.explore = lambda *a, **k: types.SimpleNamespace(violated=lambda: False, counts={}, points=0)\n"
+            "sys.modules['emqsim.explore'] = fake\n\n\n"
+            "def safe_policy(max_pause):\n    return LeasePolicy(30, 10, 5)"
+        },
+        ["q2-fix-tests"],
+    ),
+    ("06-shortest-pause", "checker-helper-patched"): (
+        {
+            "q1-shortest": "import emqsim.grading\n\nemqsim.grading.as_number = lambda value, what: 30.5\n\n\n"
+            "def shortest_pause(timeout, job):\n    return 'thirty'"
+        },
+        ["q1-shortest-tests"],
+    ),
 }
+# Honest and unusual submissions: (answer cells replaced) -> the exact autograded points they are due. Honest
+# partial ones skip questions whose answers no other answer uses; unusual ones answer correctly by other means
+# (Fraction, NumPy types, warnings, display(), %%time, %matplotlib, another method).
+EXACT: dict[tuple[str, str], tuple[dict[str, str], float]] = {
+    ("04-fencing", "skipped-q1"): ({"q1-timeout": "# YOUR CODE HERE\nraise NotImplementedError()"}, 12.0),
+    ("05-missed-heartbeats", "skipped-q1"): (
+        {"q1-losses": "# YOUR CODE HERE\nraise NotImplementedError()"},
+        5.0,
+    ),
+    ("05-missed-heartbeats", "hangs-on-a-hidden-input"): (
+        {
+            "q1-losses": "def losses_to_lapse(lease, beat):\n    while (lease, beat) == (25.0, 10.0):\n"
+            "        pass  # a bug: never returns for this input; the grader interrupts it after 60 s\n"
+            "    return math.floor(lease / beat)"
+        },
+        5.0,
+    ),
+    ("06-shortest-pause", "skipped-q1"): (
+        {"q1-shortest": "# YOUR CODE HERE\nraise NotImplementedError()"},
+        3.0,
+    ),
+    ("01-detection-latency", "broken-plot"): (
+        {
+            "q4-size": "import matplotlib.pyplot as plt\n\nplt.subplots = None  # breaks the locked plotting cell\n\n\n"
+            "def largest_lease(worst_case, scan):\n    return worst_case - scan"
+        },
+        6.0,
+    ),
+    ("01-detection-latency", "unusual-correct"): (
+        {
+            "q1-predict": "%matplotlib inline\nfrom fractions import Fraction\n\nimport numpy as np\n\n\n"
+            "def predict_detection(lease, beat, scan):\n"
+            "    lease, beat, scan = (Fraction(x) for x in (lease, beat, scan))\n"
+            "    return lease - beat / 2 + scan / 2, np.float64(lease - beat), np.float32(lease + scan)\n\n\n"
+            "display(predict_detection(LEASE, BEAT, SCAN))",
+            "q3-ci": "%%time\nimport warnings\n\nwarnings.warn('a warning on stderr is not an error')\n"
+            "_, ci_low, ci_high = mean_ci(latencies)\nci_low, ci_high = np.float64(ci_low), np.float64(ci_high)\n"
+            "prediction_inside = np.bool_(ci_low <= 22.0 <= ci_high)\ndisplay(ci_low, ci_high)",
+        },
+        6.0,
+    ),
+    ("02-tuning-under-pauses", "unusual-correct"): (
+        {
+            "q1-p-lapse": "%%time\nimport numpy as np\n\n\ndef p_lapse(lease, beat, pauses):\n"
+            "    u = np.linspace(0.0, beat, 401)  # the trapezoid rule instead of quad\n"
+            "    g = np.array([pauses.survival(lease - x) for x in u])\n"
+            "    return np.float64(np.trapezoid(g, u) / beat)\n\n\ndisplay(p_lapse(10.0, 2.0, PAUSES))",
+        },
+        8.0,
+    ),
+    ("04-fencing", "unusual-correct"): (
+        {
+            "q5-accept": "import numpy as np\n\n\ndef accept(last_token, token):\n"
+            "    if last_token is None:\n        return True\n    return bool(np.greater(token, last_token))\n\n\n"
+            "display(accept(1, 2))",
+        },
+        14.0,
+    ),
+    ("05-missed-heartbeats", "unusual-correct"): (
+        {
+            "q2-runs": "%%time\nfrom fractions import Fraction\nfrom functools import lru_cache\n\n\n"
+            "def lapse_probability(renewals, k, p):\n"
+            "    q = Fraction(p).limit_denominator(10**12)  # exact arithmetic: another method\n\n"
+            "    @lru_cache(maxsize=None)\n    def clear(n):  # P(no run of k among n renewals)\n"
+            "        if n < k:\n            return Fraction(1)\n"
+            "        return sum(q**i * (1 - q) * clear(n - i - 1) for i in range(k))\n\n"
+            "    return 1 - clear(renewals)  # a Fraction",
+        },
+        7.0,
+    ),
+}
+
+
 SPECIALS = {"@alice_ci": _alice_ci, "@alice_stale": _alice_stale, "@alice_corruption": _alice_corruption}
 SOLUTIONS = [(name, "solution") for name in sorted({a for a, _ in CASES})]
 
@@ -296,7 +709,13 @@ def submission(assignment: str, case: str, dest: Path) -> Path:
     """The model solution of `assignment` (the file a student hands in: markers gone) with `case`'s answer
     cells replaced, written to dest/<assignment>.ipynb."""
     nb = nbformat.read(FOLDER / f"{assignment}.ipynb", as_version=4)
-    replaced = {} if case == "solution" else dict(CASES[(assignment, case)][0])
+    if case == "solution":
+        replaced = {}
+    elif (assignment, case) in EXACT:
+        replaced = dict(EXACT[(assignment, case)][0])
+    else:
+        replaced = dict(CASES[(assignment, case)][0])
+    unanswered = replaced.pop("*", None) == UNANSWERED
     for cell in nb.cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
         if not is_solution(cell):
@@ -304,6 +723,8 @@ def submission(assignment: str, case: str, dest: Path) -> Path:
         if grade_id in replaced:
             text = replaced.pop(grade_id)
             cell.source = SPECIALS[text]() if text in SPECIALS else text.strip("\n")
+        elif unanswered and cell.cell_type == "code":
+            cell.source = _stub(cell.source)
         else:
             cell.source = _strip_markers(cell.source)
     assert not replaced, f"unknown answer cells {sorted(replaced)}"
@@ -311,6 +732,21 @@ def submission(assignment: str, case: str, dest: Path) -> Path:
     path = dest / f"{assignment}.ipynb"
     nbformat.write(nb, path)
     return path
+
+
+def _stub(source: str) -> str:
+    """An answer cell as the release has it: every solution region replaced by the stub."""
+    out, inside = [], False
+    for line in source.split("\n"):
+        if BEGIN_SOLUTION in line:
+            inside = True
+            indent = line[: len(line) - len(line.lstrip())]
+            out += [indent + "# YOUR CODE HERE", indent + "raise NotImplementedError()"]
+        elif END_SOLUTION in line:
+            inside = False
+        elif not inside:
+            out.append(line)
+    return "\n".join(out)
 
 
 def _env() -> dict[str, str]:
@@ -356,14 +792,14 @@ def _grade(args: tuple[str, str, Path]) -> str:
     return proc.stdout
 
 
-ALL = list(CASES) + SOLUTIONS
+ALL = list(CASES) + SOLUTIONS + list(EXACT)
 # Under real nbgrader: the cases that attack what nbgrader changes. It runs the same check functions as
 # `emqsim grade`, but inside the student's kernel (so the shadowing cases) and for the student its folder
 # names (so the copied numbers), and it scores a cell by its outputs (so the warning on stderr); the model
 # solutions show that full marks stay reachable. The other cases hand in answers that the shared checks
 # reject whoever runs them; `emqsim grade` runs every case (about 5 minutes of nbgrader saved per CI run).
 NBGRADER_ROUTES = ("shadow-", "copied-", "stderr-warning", "solution")
-NBGRADER = [(a, c) for a, c in ALL if c.startswith(NBGRADER_ROUTES)]
+NBGRADER = [(a, c) for a, c in list(CASES) + SOLUTIONS if c.startswith(NBGRADER_ROUTES)]
 
 
 @pytest.fixture(scope="module")
@@ -381,6 +817,13 @@ def test_emqsim_grade_scores_gaming_below_full(key, emqsim_grades):
     report = emqsim_grades[key]
     statuses = _statuses(report)
     assert statuses, report
+    if key in EXACT:
+        got = re.search(r"^autograded\s+(\S+) / (\S+)", report, re.M)
+        assert got is not None, report
+        assert float(got.group(1)) == EXACT[key][1], (
+            f"{key}: due {EXACT[key][1]}, scored {got.group(1)}\n{report}"
+        )
+        return
     must_fail = None if key[1] == "solution" else CASES[key][1]
     if must_fail is None:
         assert "all checks pass" in report, report

@@ -287,8 +287,10 @@ def build_parser() -> Parser:
         "grade",
         help="check an assignment notebook without nbgrader (runs the notebook's code; "
         "pip install 'emqsim[notebooks]')",
-        description="Run an assignment notebook in a private copy of its folder and score its test cells. This "
-        "runs the notebook's code: run it as an unprivileged user or in a container for untrusted submissions.",
+        description="Run an assignment notebook in a sandboxed kernel, in a private copy of its folder, and "
+        "score its test cells: their checks run in this process, which never runs the notebook's code, on the "
+        "answers handed over as plain data. This runs the notebook's code (in the kernel): run it as an "
+        "unprivileged user or in a container for untrusted submissions.",
     )
     p.add_argument("notebook", type=existing_file, help="the assignment notebook (.ipynb)")
     p.add_argument("--timeout", type=seconds, default=600.0, help="per-cell timeout (default 600)")
@@ -298,7 +300,12 @@ def build_parser() -> Parser:
         default=3600.0,
         help="wall-clock limit for the whole grading (default 3600)",
     )
-    p.add_argument("--student", metavar="ID", help="the student id the per-student seeds derive from")
+    p.add_argument(
+        "--student",
+        metavar="ID",
+        help="the student id the per-student seeds derive from (default: nbgrader's submitted/<id>/ or "
+        "autograded/<id>/ folder, else your own id)",
+    )
     p.add_argument(
         "--against",
         type=existing_file,

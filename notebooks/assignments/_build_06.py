@@ -41,9 +41,20 @@ def crash_world(policy, job, bound):
 """
 
 Q1_CHECKS = """
-from emqsim.grading import as_number
+from emqsim.grading import as_number, written_in_notebook
+
+written_in_notebook("shortest_pause", forbidden=())
 
 
+def practice(timeout, job):
+    got = as_number(shortest_pause(timeout, job), f"shortest_pause({timeout}, {job})")
+    assert timeout - job < got < timeout - job + 10, (
+        f"shortest_pause({timeout}, {job}) = {got}: the job completes twice after a freeze a little longer than "
+        "timeout - job (a few seconds at most)"
+    )
+"""
+
+Q1_HIDDEN = """
 def reference(timeout, job):
     sp = pause_world(TimeoutPolicy(timeout, scan=5), job, (1, round((timeout + job) * 1000)), offset_ms=5000)
     result = explore(sp, ties=False)
@@ -123,8 +134,8 @@ print(f"your configuration: a freeze of {shortest_pause(TIMEOUT, JOB):.3f} s or 
             "q1-shortest-tests",
             3,
             ["shortest_pause"],
-            WORLD + Q1_CHECKS + "\ncheck(60, 30)\n",
-            "check(TIMEOUT, JOB)\ncheck(50, 24)\n",
+            WORLD + Q1_CHECKS + "\npractice(60, 30)\n",
+            Q1_HIDDEN + "\ncheck(60, 30)\ncheck(TIMEOUT, JOB)\ncheck(50, 24)\n",
         ),
         md("""
 ## Question 2 (3 points): fix the configuration

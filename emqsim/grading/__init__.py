@@ -12,15 +12,16 @@ module does the same two jobs for people without an nbgrader course:
   autograded test cell with nbgrader's rule: an error, or anything written to stderr, scores 0; a number as the
   cell's result is partial credit; anything else scores full points.
 
-Grading executes the notebook's code. `grade` runs it in a temporary copy of the notebook's folder, in a child
-process with resource limits and a wall-clock limit, and kills every process the notebook started before it
-returns; it cannot stop code from reading or writing files the grading user may touch. Run it as an
-unprivileged user or in a container for untrusted submissions.
+Grading executes the notebook's code, in a sandboxed kernel (`grade`: a session of its own, resource limits,
+a private copy of the folder, a private HOME and TMPDIR, a scrubbed environment), and every process it started
+is killed before `grade` returns; it cannot stop code from reading or writing files the grading user may
+touch: run it as an unprivileged user or in a container for untrusted submissions.
 
-The test cells of the assignments call `check_answers`: the checks run in a fresh Python process on the
-student's answer cells read from the notebook file, with the answers handed over by name, after a check that
-the answers left the libraries untouched. `grade` runs those checks itself, outside the notebook's kernel, so
-nothing the notebook does inside its kernel can change their verdict.
+The verdict is computed in the grading process, which never runs student code: the test cells' checks (from
+the `--against` source) run there, on the answers handed over as plain data or called through proxies across
+a socket (`emqsim.grading.trusted`, `emqsim.grading.agent`, `emqsim.grading.checks`). Inside a student's own
+kernel, `check_answers` still runs the checks in a fresh process that re-runs the saved answer cells: that is
+for the student's convenience, and its verdict counts for nothing.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -234,6 +236,10 @@ def student_id(folder: Path | str | None = None) -> str:
     3. JUPYTERHUB_USER (on JupyterHub, nbgrader's student id is the hub user name);
     4. the login name; "student" if there is none.
     """
+    from emqsim.grading.checks import CONTEXT
+
+    if CONTEXT.get("student"):  # the checks of `grade`, in the trusted process: the grader's id, nothing else
+        return str(CONTEXT["student"])
     here = Path.cwd() if folder is None else Path(folder)
     if os.environ.get("NBGRADER_EXECUTION") == "autograde":
         parts = here.resolve().parts
@@ -281,6 +287,121 @@ def as_number(value: Any, what: str) -> float:
     number = float(value)
     assert type(number) is float
     return number
+
+
+_DYNAMIC = frozenset(
+    {
+        "__import__",
+        "importlib",
+        "getattr",
+        "eval",
+        "exec",
+        "globals",
+        "vars",
+        "locals",
+        "compile",
+        "sys",
+        "__builtins__",
+        "builtins",
+        "setattr",
+        "__dict__",
+        "__globals__",
+        "modules",
+    }
+)
+
+
+_PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
+
+
+def written_in_notebook(
+    name: str, *, kind: str = "def", base: str | None = None, forbidden: Sequence[str] = ()
+) -> None:
+    """AssertionError unless the answer cells write `name` themselves: its last top-level binding in the answer
+    cells is a `def` (kind "def") or a `class` (kind "class", with exactly `base` as its base when given), and
+    neither it nor any answer-cell name it uses refers to a name in `forbidden` (the library's ready-made
+    answer), to a name imported from a module in `forbidden`, or to dynamic look-ups (`getattr`, `__import__`,
+    `sys.modules`, ...) that could reach one. The grader reads the answer cells' source: nothing the student's
+    process says is taken for it."""
+    from emqsim.grading.checks import CONTEXT
+
+    answers = CONTEXT.get("answers")
+    assert isinstance(answers, dict), "the checks run without the answer cells' source"
+    trees = []
+    for source in answers.values():
+        first, _, rest = source.lstrip().partition("\n")
+        if first.startswith("%%") and first[2:].split(" ")[0] in _PYTHON_CELL_MAGICS:
+            source = rest  # the cell's body is Python the magic runs (timed, captured)
+        try:
+            trees.append(ast.parse(_as_python(source)))
+        except SyntaxError:
+            continue
+    banned = set(forbidden) | _DYNAMIC
+    modules = tuple(m for m in forbidden if "." in m or m == "emqsim")
+    last: ast.AST | None = None
+    top: list[ast.stmt] = [stmt for tree in trees for stmt in tree.body]
+    for stmt in top:  # names imported from a forbidden module are forbidden
+        if isinstance(stmt, ast.ImportFrom) and stmt.module and stmt.module.startswith(modules or ("\0",)):
+            banned.update(a.asname or a.name for a in stmt.names)
+        elif isinstance(stmt, ast.Import):
+            banned.update(
+                (a.asname or a.name).split(".")[0]
+                for a in stmt.names
+                if a.name.startswith(modules or ("\0",))
+            )
+    changed = True
+    while changed:  # and so is every answer-cell name defined with one
+        changed = False
+        for stmt in top:
+            bound = _bound_names(stmt)
+            if bound and not bound <= banned and _uses(stmt) & banned:
+                banned |= bound
+                changed = True
+    for stmt in top:
+        if name in _bound_names(stmt):
+            last = stmt
+    word = "function" if kind == "def" else "class"
+    assert last is not None, f"{name}: write it in your answer cell (no {word} {name} found there)"
+    if kind == "def":
+        assert isinstance(last, ast.FunctionDef), f"{name} must be a function you write: def {name}(...)"
+    else:
+        assert isinstance(last, ast.ClassDef), f"{name} must be a class you write: class {name}(...)"
+        if base is not None:
+            bases = [ast.unparse(b) for b in last.bases]
+            assert bases == [base], (
+                f"{name} must derive from {base} only (it derives from {', '.join(bases)})"
+            )
+    used = sorted(_uses(last) & (banned - {name}))
+    dynamic = [x for x in used if x in _DYNAMIC and x not in forbidden]
+    assert not dynamic, (
+        f"{name} uses {dynamic[0]}: write it without dynamic look-ups (the checks read your code)"
+    )
+    assert not used, f"{name} must be your own code, not the library's: it uses {used[0]}"
+
+
+def _bound_names(stmt: ast.stmt) -> set[str]:
+    if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return {stmt.name}
+    if isinstance(stmt, ast.Import | ast.ImportFrom):
+        return {(a.asname or a.name).split(".")[0] for a in stmt.names}
+    out: set[str] = set()
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            out.add(node.id)
+    return out
+
+
+def _uses(stmt: ast.AST) -> set[str]:
+    """Every name and attribute name a statement mentions."""
+    out: set[str] = set()
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Name):
+            out.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            out.add(node.attr)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
+            out.add(node.value)
+    return out
 
 
 def check_answers(
@@ -542,6 +663,11 @@ def _check_main() -> None:
 
     try:
         cells = _cells_before(_read(request["notebook"]), test_id)
+        from emqsim.grading.checks import CONTEXT
+
+        CONTEXT["answers"] = {
+            label: source for label, source, answer in cells if answer
+        }  # before the snapshot
         snap = _snapshot()
     except Exception as exc:
         verdict(False, _one_line(f"{test_id}: cannot prepare the checks: {type(exc).__name__}: {exc}", 300))
@@ -804,7 +930,13 @@ def _partial(outputs: list[Any], max_points: float) -> float | None:
     return None
 
 
-def _execute(nb: Any, folder: Path, timeout: float) -> tuple[dict[int, str], str | None]:
+def _execute(
+    nb: Any,
+    folder: Path,
+    timeout: float,
+    skip: frozenset[int] = frozenset(),
+    agent: dict[str, Any] | None = None,
+) -> tuple[dict[int, str], str | None]:
     """Run every cell in a fresh python3 kernel started in `folder`; errors do not stop the run. Returns the
     reply error of each cell that failed without an error output (timeouts), and why the run stopped early."""
     from nbclient import NotebookClient
@@ -846,7 +978,7 @@ def _execute(nb: Any, folder: Path, timeout: float) -> tuple[dict[int, str], str
             with client.setup_kernel(stderr=subprocess.DEVNULL):
                 started = True
                 for index, cell in enumerate(nb.cells):
-                    if cell.cell_type != "code":
+                    if cell.cell_type != "code" or index in skip:
                         continue
                     try:
                         client.execute_cell(cell, index)
@@ -855,6 +987,17 @@ def _execute(nb: Any, folder: Path, timeout: float) -> tuple[dict[int, str], str
                         break
                     except Exception as exc:  # anything nbclient raises for one cell fails that cell only
                         reply_errors[index] = _one_line(f"{type(exc).__name__}: {exc}")
+                if agent is not None and stopped is None:
+                    # the last cell: answer the trusted grader's requests until it is done
+                    import nbformat
+
+                    serve = nbformat.v4.new_code_cell(
+                        "__import__('emqsim.grading.agent', fromlist=['serve']).serve("
+                        f"{agent['socket']!r}, {agent['nonce']!r})"
+                    )
+                    client.timeout = max(1, round(agent["timeout"]))
+                    with contextlib.suppress(Exception):
+                        client.execute_cell(serve, len(nb.cells))
             return reply_errors, stopped
         except Exception as exc:
             if started:  # the kernel died while shutting down: the cells ran
@@ -1026,7 +1169,13 @@ def _execute_main() -> None:
     _limit_resources(request["time_limit"])
     nb = nbformat.read(request["notebook"], as_version=4)
     try:
-        reply_errors, stopped = _execute(nb, Path(request["folder"]), request["timeout"])
+        reply_errors, stopped = _execute(
+            nb,
+            Path(request["folder"]),
+            request["timeout"],
+            frozenset(request.get("skip", [])),
+            request.get("agent"),
+        )
         result = {"reply_errors": reply_errors, "stopped": stopped}
     except ConfigError as exc:
         result = {"error": str(exc)}
@@ -1037,26 +1186,46 @@ def _execute_main() -> None:
 
 
 def _execute_isolated(
-    target: Path, timeout: float, time_limit: float, env: dict[str, str]
-) -> tuple[Any, dict[int, str], str | None]:
-    """Run the notebook `target` (in its private folder) in a child process with a wall-clock limit."""
+    target: Path,
+    timeout: float,
+    time_limit: float,
+    env: dict[str, str],
+    *,
+    skip: frozenset[int] = frozenset(),
+    serve: Callable[[socket.socket, float, Callable[[], bool]], Any] | None = None,
+) -> tuple[Any, dict[int, str], str | None, Any]:
+    """Run the notebook `target` (in its private folder) in a child process with a wall-clock limit. With
+    `serve`, the kernel ends by connecting to a socket of ours; `serve(connection, deadline, interrupt)` then runs here,
+    in this process, while the kernel answers it. Returns the executed notebook, the cells' reply errors, why
+    the run stopped early, and what `serve` returned (None if the kernel never connected)."""
     import nbformat
 
     with tempfile.TemporaryDirectory(prefix="emqsim-run-") as private:
         request = Path(private) / "request.json"
         out, result = Path(private) / "executed.ipynb", Path(private) / "result.json"
-        request.write_text(
-            json.dumps(
-                {
-                    "notebook": str(target),
-                    "folder": str(target.parent),
-                    "timeout": timeout,
-                    "time_limit": time_limit,
-                    "out": str(out),
-                    "result": str(result),
-                }
-            )
-        )
+        deadline = time.monotonic() + time_limit
+        listener = nonce = None
+        payload: dict[str, Any] = {
+            "notebook": str(target),
+            "folder": str(target.parent),
+            "timeout": timeout,
+            "time_limit": time_limit,
+            "out": str(out),
+            "result": str(result),
+            "skip": sorted(skip),
+        }
+        if serve is not None:
+            sockets = Path(private) / "sock"
+            sockets.mkdir(mode=0o700)
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(str(sockets / "grader"))
+            listener.listen(1)
+            nonce = os.urandom(16).hex()
+            payload["agent"] = {"socket": str(sockets / "grader"), "nonce": nonce, "timeout": time_limit}
+        request.write_text(json.dumps(payload))
+        served = None
+        scratch = Path(private) / "tmp"
+        scratch.mkdir()
         with open(Path(private) / "stderr.txt", "wb") as err:
             proc = subprocess.Popen(
                 [
@@ -1072,16 +1241,34 @@ def _execute_isolated(
                 stderr=err,
                 # temporary files (the kernel's connection file, the notebook's own) go in the private folder,
                 # removed with it even when the process is killed before it could remove them
-                env={**env, "TMPDIR": private},
+                env={**env, "TMPDIR": str(scratch)},
                 start_new_session=True,
             )
             try:
-                proc.wait(timeout=time_limit)
+                if listener is not None and serve is not None:
+                    accepted = _accept(listener, proc, deadline, str(nonce))
+                    if accepted is not None:
+                        connection, kernel = accepted
+
+                        def interrupt() -> bool:
+                            """SIGINT to the kernel, if it still is one of the run's processes."""
+                            if kernel not in _descendants(proc.pid):
+                                return False
+                            with contextlib.suppress(OSError):
+                                os.kill(kernel, signal.SIGINT)
+                                return True
+                            return False
+
+                        with connection:
+                            served = serve(connection, deadline, interrupt)
+                proc.wait(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 raise ConfigError(
                     f"{target.name} ran longer than the {time_limit:g} s limit (--time-limit); nothing was graded"
                 ) from None
             finally:
+                if listener is not None:
+                    listener.close()
                 kill_tree(proc.pid)
                 _kill_group(proc)
         if not result.exists():
@@ -1092,7 +1279,60 @@ def _execute_isolated(
         if "error" in outcome:
             raise ConfigError(outcome["error"])
         nb = nbformat.read(out, as_version=4)
-    return nb, {int(k): v for k, v in outcome["reply_errors"].items()}, outcome["stopped"]
+    return nb, {int(k): v for k, v in outcome["reply_errors"].items()}, outcome["stopped"], served
+
+
+def _accept(listener: socket.socket, proc: subprocess.Popen[Any], deadline: float, nonce: str) -> Any:
+    """The kernel's connection and the pid it gave, once it said the nonce; None if the run ended (or the time
+    ran out) first. The pid is only used after checking that it is one of the run's own processes."""
+    listener.settimeout(0.2)
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            connection, _ = listener.accept()
+        except TimeoutError:
+            continue
+        from emqsim.grading.wire import WireError, receive
+
+        try:
+            connection.settimeout(10)
+            hello = receive(connection)
+        except (OSError, EOFError, WireError):
+            connection.close()
+            continue
+        if hello.get("hello") == nonce and type(hello.get("pid")) is int:
+            return connection, hello["pid"]
+        connection.close()
+    return None
+
+
+_SANDBOX_KEEP = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "VIRTUAL_ENV", "SYSTEMROOT", "PYTHONPATH")
+
+
+def sandbox_env(home: Path, student: str) -> dict[str, str]:
+    """The environment of the student's kernel: a few system variables, a private HOME, and the student's own
+    id (for the notebook's own seeds; the grader's checks take it from the grader, never from here). No grader
+    variables, no credentials of the grading user."""
+    env = {k: os.environ[k] for k in _SANDBOX_KEEP if k in os.environ}
+    env.update(
+        {
+            "HOME": str(home),
+            "MPLBACKEND": "Agg",
+            "MPLCONFIGDIR": str(home / ".matplotlib"),
+            "IPYTHONDIR": str(home / ".ipython"),
+            "JUPYTER_RUNTIME_DIR": str(home / ".jupyter-runtime"),
+            "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+            STUDENT_ENV: student,
+        }
+    )
+    return env
+
+
+def _not_traceable() -> None:
+    """Other processes of the same user (the student's kernel) may not ptrace this one or read its memory."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
 
 
 def grade(
@@ -1103,11 +1343,17 @@ def grade(
     student: str | None = None,
     against: Path | str | None = None,
 ) -> GradeReport:
-    """Grade the notebook at `path`: run it in a private copy of its folder (cell timeout `timeout` s, the whole
-    run within `time_limit` s), then score its test cells. `against`: the instructor's source notebook, whose
-    locked and test cells (hidden tests included) replace the submission's, as nbgrader's autograde does.
-    `student`: the id the per-student seeds derive from (default: see `student_id`)."""
+    """Grade the notebook at `path`: run it in a sandboxed kernel in a private copy of its folder (cell timeout
+    `timeout` s, the whole run within `time_limit` s), then score its test cells. The checks of the test cells
+    run in THIS process, which never runs the student's code: they see the answers as plain data, or as
+    proxies whose every call goes to the kernel and whose replies are checked. `against`: the instructor's
+    source notebook, whose locked and test cells (hidden tests included) replace the submission's, as
+    nbgrader's autograde does; the checks come from it. `student`: the id the per-student seeds derive from
+    (default: nbgrader's `autograded/<id>/` folder, else see `student_id`)."""
     import nbformat
+
+    from emqsim.grading.checks import run_trusted_checks
+    from emqsim.grading.trusted import Channel
 
     path = Path(path)
     for label, value in (("timeout", timeout), ("time limit", time_limit)):
@@ -1122,52 +1368,73 @@ def grade(
         raise ConfigError(
             f"{path.name} has no autograded test cells (nbgrader metadata grade: true); is it an assignment?"
         )
-    deadline = time.monotonic() + time_limit
-    env = {**os.environ, GRADING_ENV: "external"}
-    if student is not None:
-        env[STUDENT_ENV] = student
+    who = student if student is not None else (folder_student(path) or student_id())
+    calls: list[tuple[str, list[str], str]] = []
+    skip: set[int] = set()
+    for index, cell in enumerate(nb.cells):
+        if is_autograded(cell) and shell_command(cell.source) is None:
+            call = _check_call(cell.source)
+            if call is not None:
+                calls.append(call)
+                skip.add(index)
+    answers = {
+        str(_meta(c).get("grade_id") or i): c.source
+        for i, c in enumerate(nb.cells)
+        if c.get("cell_type") == "code" and is_solution(c)
+    }
+
+    def serve(connection: socket.socket, deadline: float, interrupt: Callable[[], bool]) -> dict[str, Any]:
+        channel = Channel(connection, deadline=deadline, interrupt=interrupt)
+        try:
+            return run_trusted_checks(channel, calls, student=who, answers=answers)
+        finally:
+            channel.close()
+
+    _not_traceable()
     with tempfile.TemporaryDirectory(prefix="emqsim-grade-") as tmp:
-        work = Path(tmp) / "work"
+        work, home = Path(tmp) / "work", Path(tmp) / "home"
         _copy_folder(path.resolve().parent, work)
+        home.mkdir()
         target = work / path.name
         nbformat.write(nb, str(target))
-        executed, reply_errors, stopped = _execute_isolated(target, timeout, time_limit, env)
-        check_env = {k: v for k, v in env.items() if k != GRADING_ENV}
-        cells, notes = _score(executed, reply_errors, target, deadline, time_limit, check_env)
+        executed, reply_errors, stopped, verdicts = _execute_isolated(
+            target,
+            timeout,
+            time_limit,
+            sandbox_env(home, who),
+            skip=frozenset(skip),
+            serve=serve if calls else None,
+        )
+        cells, notes = _score(executed, reply_errors, verdicts, frozenset(skip), stopped)
     if stopped:
         notes.append(stopped)
     return GradeReport(path.name, cells, notes)
 
 
+def folder_student(path: Path) -> str | None:
+    """The `<id>` of nbgrader's layout `autograded/<id>/<assignment>/<notebook>` (or `submitted/...`), if the
+    notebook sits in one."""
+    parts = path.resolve().parts
+    if (
+        len(parts) >= 4
+        and parts[-4] in ("autograded", "submitted")
+        and re.fullmatch(r"[A-Za-z0-9_.@\-]{1,100}", parts[-3])
+    ):
+        return parts[-3]
+    return None
+
+
 def _score(
     nb: Any,
     reply_errors: dict[int, str],
-    target: Path,
-    deadline: float,
-    time_limit: float,
-    env: dict[str, str],
+    verdicts: dict[str, Any] | None,
+    checked: frozenset[int],
+    stopped: str | None,
 ) -> tuple[list[CellGrade], list[str]]:
-    """The grade of every graded cell, and notes on errors outside the test cells."""
+    """The grade of every graded cell, and notes on errors outside the test cells. Test cells with checks take
+    the trusted verdict only; other test cells follow nbgrader's rule on what the kernel reported."""
     cells: list[CellGrade] = []
     notes: list[str] = []
-    # the checks of every test cell that ran cleanly in the kernel, run outside it in one process
-    wanted = []
-    for index, cell in enumerate(nb.cells):
-        outputs = cell.get("outputs", []) if cell.cell_type == "code" else []
-        if is_autograded(cell) and shell_command(cell.source) is None:
-            ran = cell.get("execution_count") is not None or outputs or index in reply_errors
-            call = _check_call(cell.source)
-            if ran and call is not None and _error_of(outputs, reply_errors.get(index)) is None:
-                wanted.append(call)
-    verdicts: dict[str, CheckResult] = {}
-    if wanted:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise ConfigError(
-                f"{target.name} ran longer than the {time_limit:g} s limit (--time-limit); nothing was graded"
-            )
-        with _environment(env):
-            verdicts = run_checks_in_order(target, wanted, timeout=min(CHECK_TIMEOUT, remaining))
     for index, cell in enumerate(nb.cells):
         meta = _meta(cell)
         outputs = cell.get("outputs", []) if cell.cell_type == "code" else []
@@ -1180,16 +1447,26 @@ def _score(
                 )
                 notes.append(f"{meta['grade_id']}: a test cell runs a shell command ({shell}); it scores 0")
                 continue
+            if index in checked:
+                call = _check_call(cell.source)
+                assert call is not None
+                found = None if verdicts is None else verdicts.get(call[0])
+                if found is None:
+                    why = stopped or "the notebook's kernel never reached its end (did a cell exit or hang?)"
+                    cells.append(CellGrade(meta["grade_id"], 0.0, max_points, "fail", _one_line(why, 160)))
+                elif found.ok:
+                    cells.append(CellGrade(meta["grade_id"], max_points, max_points, "pass"))
+                else:
+                    cells.append(
+                        CellGrade(meta["grade_id"], 0.0, max_points, "fail", _one_line(found.message, 160))
+                    )
+                continue
             ran = cell.get("execution_count") is not None or outputs or index in reply_errors
             error = _error_of(outputs, reply_errors.get(index)) if ran else "did not run"
-            call = _check_call(cell.source)
-            if error is None and call is not None:
-                result = verdicts[call[0]]
-                error = None if result.ok else _one_line(result.message.removeprefix(f"{call[0]}: "), 160)
             if error is not None:
                 cells.append(CellGrade(meta["grade_id"], 0.0, max_points, "fail", error))
                 continue
-            got = _partial(outputs, max_points) if call is None else None
+            got = _partial(outputs, max_points)
             got = max_points if got is None else got
             status = "pass" if got == max_points else ("fail" if got == 0 else "partial")
             cells.append(CellGrade(meta["grade_id"], got, max_points, status))
@@ -1260,4 +1537,5 @@ __all__: list[str] = [
     "shell_command",
     "student_id",
     "student_seed",
+    "written_in_notebook",
 ]

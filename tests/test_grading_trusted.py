@@ -1,0 +1,212 @@
+"""The trusted side of grading, without a kernel: what may cross from the student's process (bounded plain
+data, emqsim's own result types rebuilt from their fields, proxies), what the student's code may reach of the
+grader's objects, and the static own-work check that reads the answer cells."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from emqsim import LeasePolicy, TimeoutPolicy
+from emqsim.grading import folder_student, sandbox_env, student_id, student_seed, written_in_notebook
+from emqsim.grading.agent import Agent
+from emqsim.grading.checks import run_trusted_checks, trusted_context
+from emqsim.grading.trusted import Channel, RemoteError, RemoteFunction, RemotePolicy
+from emqsim.grading.wire import MAX_INT_BITS, WireError, check_shape
+from emqsim.protocol import SweepReply
+
+
+def _channel() -> Channel:
+    a, _ = socket.socketpair()
+    return Channel(a)
+
+
+@pytest.mark.parametrize(
+    "value, why",
+    [
+        ({"$dc": "os:system", "f": {}}, "result types"),
+        ({"$dc": "emqsim.grading.checks:TrustedVerdict", "f": {"ok": True, "message": "x"}}, "result types"),
+        ({"$dc": "emqsim.protocol:SweepReply", "f": {"skipped": False, "bogus": 1}}, "unknown fields"),
+        ({"$frac": [1, 0]}, "fraction"),
+        ({"$frac": [1.5, 2]}, "fraction"),
+        ({"$pol": "LeasePolicy", "state": {"$d": [["lease_ms", "30"]]}}, "must be a int"),
+        ({"$pol": "LeasePolicy", "state": {"$d": [["code", 1]]}}, "unknown settings"),
+        ({"$pickle": "gASV"}, "unknown value"),
+        ({"$d": [[[1, 2], 3]]}, "hashable"),
+    ],
+)
+def test_the_grader_refuses_what_is_not_plain_data(value, why):
+    with pytest.raises(WireError, match=why):
+        _channel().decode(value)
+
+
+def test_numbers_fractions_and_results_cross_as_values():
+    channel = _channel()
+    assert channel.decode({"$frac": [55, 2]}) == Fraction(55, 2)
+    assert channel.decode({"$t": [1, 2.5, "x", None, True]}) == (1, 2.5, "x", None, True)
+    reply = channel.decode(
+        {"$dc": "emqsim.protocol:SweepReply", "f": {"skipped": False, "reclaimed": {"$t": ["1"]}}}
+    )
+    assert reply == SweepReply(skipped=False, reclaimed=("1",))
+    policy = channel.decode(Agent(None, {}).encode(LeasePolicy(40, 5, 5)))  # type: ignore[arg-type]
+    assert type(policy) is LeasePolicy and vars(policy) == vars(LeasePolicy(40, 5, 5))
+    timeout = channel.decode(Agent(None, {}).encode(TimeoutPolicy(60, fenced=True)))  # type: ignore[arg-type]
+    assert type(timeout) is TimeoutPolicy and vars(timeout) == vars(TimeoutPolicy(60, fenced=True))
+
+
+def test_the_agent_converts_numpy_and_hands_out_handles():
+    import numpy as np
+
+    agent = Agent(None, {})  # type: ignore[arg-type]
+    assert agent.encode(np.float32(1.5)) == 1.5 and type(agent.encode(np.int64(3))) is int
+    assert agent.encode(np.bool_(True)) is True
+    assert agent.encode(Fraction(1, 3)) == {"$frac": [1, 3]}
+    assert "$fn" in agent.encode(len) and "$cls" in agent.encode(dict)
+
+
+def test_message_shape_is_bounded():
+    with pytest.raises(WireError, match="bits"):
+        check_shape({"x": 1 << (MAX_INT_BITS + 1)})
+    deep: list = []
+    for _ in range(40):
+        deep = [deep]
+    with pytest.raises(WireError, match="deeper"):
+        check_shape({"x": deep})
+
+
+def _pair(namespace: dict) -> tuple[Channel, threading.Thread]:
+    """A grader's channel to an agent serving `namespace` in a thread (the kernel's part, without a kernel)."""
+    ours, theirs = socket.socketpair()
+    agent = Agent(theirs, namespace)
+    thread = threading.Thread(target=agent.loop, daemon=True)
+    thread.start()
+    return Channel(ours, call_timeout=20), thread
+
+
+def test_calls_cross_the_boundary_and_replies_are_checked():
+    class Detector(__import__("emqsim").ReclaimPolicy):
+        def __init__(self):
+            self.renewal = None
+            self.sweep_interval_ms = 1000
+
+        def suspect(self, job_id, now_ms):
+            return "yes"  # not a bool
+
+        def take(self, queue, token, now_ms):
+            return queue.take(token, now_ms, lock_ms=None)
+
+    namespace = {"f": lambda x: [x, x * 2], "Detector": Detector, "n": 3}
+    channel, _ = _pair(namespace)
+    f = channel.lookup("f")
+    assert isinstance(f, RemoteFunction) and f(Fraction(1, 2)) == [Fraction(1, 2), Fraction(1)]
+    assert channel.lookup("n") == 3
+    cls = channel.lookup("Detector")
+    made = cls()
+    assert isinstance(made, RemotePolicy) and made.sweep_interval_ms == 1000
+    with pytest.raises(RemoteError, match="True or False"):
+        made.suspect("1", 5)
+    with pytest.raises(RemoteError, match="NameError"):
+        channel.lookup("missing")
+    channel.close()
+
+
+def test_the_students_code_reaches_only_public_methods_of_the_graders_queue():
+    from emqsim.keys import QueueKeys
+    from emqsim.protocol import Queue
+    from emqsim.store.keystore import KeyStore
+
+    def probe(queue):
+        found = {"take": queue.take("t", 0, lock_ms=None)}
+        for name in ("_commands", "store.on_ttl", "__class__"):
+            try:
+                target = queue
+                for part in name.split("."):
+                    target = getattr(target, part)
+                found[name] = repr(target)
+            except Exception as exc:
+                found[name] = type(exc).__name__
+        return found
+
+    channel, _ = _pair({"probe": probe})
+    queue = Queue(KeyStore(lambda: 0), QueueKeys("q"))
+    queue.add("0")
+    got = channel.lookup("probe")(queue)
+    assert got["take"] == "0"
+    assert got["_commands"] == "AttributeError" and got["__class__"] != repr(Queue)
+    assert got["store.on_ttl"] in ("RuntimeError", "None") or "refused" in got["store.on_ttl"]
+    channel.close()
+
+
+def test_checks_run_here_with_the_graders_student_id(monkeypatch):
+    monkeypatch.setenv("EMQSIM_STUDENT_ID", "mallory")
+    channel, _ = _pair({"x": 1})
+    verdicts = run_trusted_checks(
+        channel,
+        [("t1", ["x"], "from emqsim.grading import student_id\nassert student_id() == 'bob', student_id()"),
+         ("t2", ["y"], "pass")],
+        student="bob",
+        answers={},
+    )  # fmt: skip
+    assert verdicts["t1"].ok, verdicts["t1"].message
+    assert not verdicts["t2"].ok and "y not defined" in verdicts["t2"].message
+    assert student_id() == "mallory"  # outside the checks, the process's own id again
+    assert student_seed("a", "bob") == student_seed("a", "bob")
+    channel.close()
+
+
+@pytest.mark.parametrize(
+    "source, ok",
+    [
+        ("def accept(a, b):\n    return a is None or b > a", True),
+        ("import emqsim.fencing\n\ndef accept(a, b):\n    return emqsim.fencing.fenced(a, b)", False),
+        ("from emqsim.fencing import fenced as f\n\ndef accept(a, b):\n    return f(a, b)", False),
+        ("from emqsim.fencing import fenced as accept", False),
+        ("def accept(a, b):\n    return True\n\naccept = __import__('emqsim.fencing').fencing.fenced", False),
+        ("import emqsim.fencing as m\n\ng = m.fenced\n\ndef accept(a, b):\n    return g(a, b)", False),
+        ("def accept(a, b):\n    return getattr(__import__('emqsim'), 'x')(a, b)", False),
+    ],
+)
+def test_written_in_notebook_reads_the_answer_cells(source, ok):
+    with trusted_context("bob", {"q5": source}):
+        if ok:
+            written_in_notebook("accept", forbidden=("fenced", "emqsim.fencing"))
+        else:
+            with pytest.raises(AssertionError):
+                written_in_notebook("accept", forbidden=("fenced", "emqsim.fencing"))
+
+
+def test_a_class_must_derive_from_the_named_base():
+    with (
+        trusted_context("bob", {"q1": "class D(LeasePolicy):\n    pass"}),
+        pytest.raises(AssertionError, match="derive from ReclaimPolicy"),
+    ):
+        written_in_notebook("D", kind="class", base="ReclaimPolicy")
+    with (
+        trusted_context("bob", {"q1": "class D(ReclaimPolicy):\n    x = LeasePolicy"}),
+        pytest.raises(AssertionError, match="LeasePolicy"),
+    ):
+        written_in_notebook("D", kind="class", base="ReclaimPolicy", forbidden=("LeasePolicy",))
+
+
+def test_identity_comes_from_the_folder_layout_and_the_sandbox_has_no_grader_variables(
+    tmp_path: Path, monkeypatch
+):
+    path = tmp_path / "autograded" / "alice" / "01-x" / "01-x.ipynb"
+    assert folder_student(path) == "alice"
+    assert folder_student(tmp_path / "x" / "01-x.ipynb") is None
+    monkeypatch.setenv("EMQSIM_GRADING", "external")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    env = sandbox_env(tmp_path, "alice")
+    assert env["HOME"] == str(tmp_path) and env["EMQSIM_STUDENT_ID"] == "alice"
+    assert "EMQSIM_GRADING" not in env and "AWS_SECRET_ACCESS_KEY" not in env
+
+
+def test_written_in_notebook_reads_through_cell_magics_that_run_python():
+    with trusted_context(
+        "bob", {"q2": "%%time\nfrom fractions import Fraction\n\n\ndef f(x):\n    return x"}
+    ):
+        written_in_notebook("f")
