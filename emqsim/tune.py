@@ -666,7 +666,7 @@ def measure(c: Candidate, runs: Sequence[RunSummary], limits: Limits, w: Workloa
     level = limits.level
     c.replications = len(runs)
     if limits.false_reclaims_per == "job":
-        exposure = [float(s.jobs) for s in runs]
+        exposure = [float(s.jobs_arrived) for s in runs]  # the jobs at risk: added before the run ended
     else:
         exposure = [s.end / 3600 for s in runs]
     c.metrics["false_reclaims"] = rate_interval(
