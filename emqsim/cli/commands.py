@@ -63,6 +63,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         scenarios = [scenario]
     else:
         scenarios = [standard(name) for name in (args.scenario or DEFAULT_SCENARIOS)]
+    if args.duration is not None:  # measured or fitted job lengths in every scenario of the sweep
+        scenarios = [s.with_(duration=args.duration) for s in scenarios]
     scenarios = [with_fault_flags(s, args) for s in scenarios]
     use_config_policy = config_policy is not None and not (args.lease or args.preset)
     check_sweep_work(args, scenarios, config_policy if use_config_policy else None)
