@@ -59,3 +59,18 @@ def test_sweep_duration_is_checked_before_any_work(capsys, tmp_path):
 def test_docs_tune_no_longer_says_the_shipped_header_is_refused():
     text = (Path(__file__).resolve().parent.parent / "docs" / "tune.md").read_text()
     assert "refused here" not in text
+
+
+def test_examples_prints_the_whole_description_and_where_durations_csv_is(capsys):
+    assert main(["examples"]) == 0
+    out = capsys.readouterr().out
+    # the cpu-bound-workers description is two comment lines: both are printed
+    assert "short connection outages and one 30 s Redis restart" in " ".join(out.split())
+    assert str(SHIPPED) in out and "durations.csv" in out
+
+
+def test_every_help_example_names_files_that_exist_or_are_placeholders():
+    """The help's examples used `file:durations.csv`, which exists nowhere outside a checkout's examples."""
+    from emqsim.cli.parser import EXAMPLES
+
+    assert "file:durations.csv" not in EXAMPLES

@@ -310,18 +310,22 @@ def cmd_figures(args: argparse.Namespace) -> int:
 
 
 def cmd_examples(args: argparse.Namespace) -> int:
-    """Each shipped example scenario: its name (usable as `--config NAME`), its first comment line, its path."""
+    """Each shipped example scenario: its name (usable as `--config NAME`), its leading comment (the whole
+    description, however many lines), its path; then the data files beside them (e.g. durations.csv)."""
     examples = example_files()
     for name, path in examples.items():
-        about = next(
-            (
-                line.lstrip("# ").strip()
-                for line in path.read_text(encoding="utf-8").splitlines()
-                if line.strip()
-            ),
-            "",
-        )
-        print(f"{name}\n{indented(about)}\n  {path}")
+        about = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            if not line.lstrip().startswith("#"):
+                break
+            about.append(line.lstrip("# ").strip())
+        print(f"{name}\n{indented(' '.join(about))}\n  {path}")
+    folder = next(iter(examples.values())).parent if examples else None
+    data = sorted(folder.glob("*.csv")) if folder is not None else []
+    for path in data:
+        print(f"\ndata file {path.name} (measured job durations, for --duration file:PATH):\n  {path}")
     example = "gc-pauses" if "gc-pauses" in examples else next(iter(examples))
     print(f"\nuse one with --config NAME (e.g. --config {example}); copy a file to change it")
     return 0

@@ -38,8 +38,8 @@ examples:
   python -m emqsim compare
   python -m emqsim timeline --scenario fast-dead --policy lease --out run.html
   python -m emqsim run --config measured-durations
-  python -m emqsim run --scenario production --duration file:durations.csv
-  python -m emqsim examples
+  python -m emqsim run --scenario production --duration file:my-durations.csv   # your measured seconds
+  python -m emqsim examples    # the shipped scenarios and durations.csv, with their installed paths
   python -m emqsim presets
 """
 
