@@ -74,3 +74,17 @@ def test_every_help_example_names_files_that_exist_or_are_placeholders():
     from emqsim.cli.parser import EXAMPLES
 
     assert "file:durations.csv" not in EXAMPLES
+
+
+def test_the_sweep_table_spells_out_its_abbreviations_and_fields_lists_the_headings(capsys):
+    code = main(["sweep", "--scenario", "fast-dead", "--replications", "2", "--quiet", "--jobs", "1"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "L=30 B=10 S=5" in out and "T=600" in out and "undet." in out
+    assert "L lease, B beat, S scan (sweep interval), T timeout, in s; undet.: crashes never detected" in out
+    assert max(len(line) for line in out.splitlines()) <= 100
+    assert main(["fields"]) == 0
+    fields = capsys.readouterr().out
+    assert "undet. total: crashes_undetected_total" in fields
+    assert "false reclaims per job [95% CI]: false_reclaims_per_job" in fields
+    assert "L lease, B beat" in fields

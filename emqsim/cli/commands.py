@@ -295,6 +295,12 @@ def cmd_fields(args: argparse.Namespace) -> int:
         print(wrap(f"{f.meaning} Interval: {f.interval}", 4))
     print(wrap("Deprecated keys are still written, with the same values, until 0.4; methods and coverage: "
                 "docs/statistics.md.", 0))  # fmt: skip
+    from emqsim.cli.tables import SETTINGS_KEY, column_headings
+
+    print("\nthe sweep table's columns (heading: JSON field):")
+    for heading, name in column_headings():
+        print(wrap(f"{heading}: {name}", 4))
+    print(wrap(f"settings: {SETTINGS_KEY}", 4))
     return 0
 
 
