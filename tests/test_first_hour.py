@@ -88,3 +88,22 @@ def test_the_sweep_table_spells_out_its_abbreviations_and_fields_lists_the_headi
     assert "undet. total: crashes_undetected_total" in fields
     assert "false reclaims per job [95% CI]: false_reclaims_per_job" in fields
     assert "L lease, B beat" in fields
+
+
+def test_explore_reports_progress_run_by_run():
+    """Issue 28: `explore` with its defaults ran for minutes with nothing on the screen; the CLI now shows a
+    tqdm bar on stderr (a terminal's), fed by explore's progress callback, one call per run."""
+    from emqsim import LeasePolicy
+    from emqsim.explore import FaultSpec, explore, space
+
+    sp = space(LeasePolicy(3, 1, 1, swept_by="reaper"), [FaultSpec("crash")], sweep_phases=False)
+    seen = []
+    result = explore(sp, ties=False, progress=seen.append)
+    assert seen and set(seen) == {1} and len(seen) == result.runs
+
+
+def test_explore_accepts_quiet(capsys):
+    code = main(["explore", "--lease", "3", "--beat", "1", "--scan", "1", "--pin-sweeps", "--no-ties",
+                 "--quiet", "--json"])  # fmt: skip
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)
