@@ -211,6 +211,25 @@ def test_figure_is_deterministic(small, tmp_path):
     assert a.read_bytes() == b.read_bytes()
 
 
+def test_figure_has_a_title_labelled_limits_a_visible_star_and_no_clipped_point(small):
+    """Issue 28: no title, an unlabelled limit line, the recommendation's star hidden under the frontier's
+    circles, a point clipped at the top."""
+    fig = figure(small)
+    ax = fig.axes[0]
+    assert ax.get_title()
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any(x.startswith("limit: 0.05 false reclaims per job") for x in labels)
+    assert any(x.startswith("recommended:") for x in labels)
+    star = next(c for c in ax.collections if c.get_label().startswith("recommended:"))
+    assert star.get_zorder() > max(c.get_zorder() for c in ax.collections if c is not star)
+    top = ax.get_ylim()[1]
+    assert all(
+        not c.get_clip_on() and c.get_offsets()[:, 1].max() < top
+        for c in ax.collections
+        if len(c.get_offsets())
+    )
+
+
 # -- intervals ------------------------------------------------------------------------------------------------
 def test_zero_events_still_get_an_upper_bound():
     m = rate_interval([0, 0, 0], [100, 100, 100], 0.95, cluster=2)
