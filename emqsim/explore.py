@@ -1161,8 +1161,18 @@ def _where(point: Mapping[str, int]) -> str:
     return ", ".join(f"{k} {v / 1000:g} s" for k, v in sorted(point.items()))
 
 
-def format_exploration(result: Exploration) -> str:
-    """The report `python -m emqsim explore` prints."""
+def _wrap(line: str, width: int) -> str:
+    """A line wrapped to `width` columns (0: as it is), continuations indented 4 more than the line."""
+    if not width or len(line) <= width:
+        return line
+    import textwrap
+
+    indent = " " * (len(line) - len(line.lstrip()) + 4)
+    return textwrap.fill(line, width, subsequent_indent=indent, break_on_hyphens=False)
+
+
+def format_exploration(result: Exploration, width: int = 100) -> str:
+    """The report `python -m emqsim explore` prints, wrapped to `width` columns (0: unwrapped)."""
     sp = result.space
 
     def whom(f: FaultSpec) -> str:
@@ -1210,7 +1220,7 @@ def format_exploration(result: Exploration) -> str:
             lines.append(
                 f"  {', '.join(t.properties)} under '{t.tie_break}' ({count} place(s), e.g. {_where(t.point)})"
             )
-    return "\n".join(lines)
+    return "\n".join(_wrap(line, width) for line in lines)
 
 
 def counterexample_run(result: Exploration, prop: str) -> Run:

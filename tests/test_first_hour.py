@@ -107,3 +107,27 @@ def test_explore_accepts_quiet(capsys):
                  "--quiet", "--json"])  # fmt: skip
     assert code == 0
     assert json.loads(capsys.readouterr().out)
+
+
+WIDTH_COMMANDS = [
+    ["run", "--scenario", "production", "--replications", "2", "--quiet"],
+    ["sweep", "--preset", "bullmq", "--scenario", "fast-dead", "--scenario", "production",
+     "--replications", "2", "--quiet", "--jobs", "1"],
+    ["compare", "--replications", "2", "--quiet"],
+    ["timeline", "--scenario", "fast-dead"],
+    ["explore", "--lease", "3", "--beat", "1", "--scan", "1", "--pin-sweeps", "--quiet"],
+    ["explore", "--policy", "timeout", "--timeout", "6", "--fault", "freeze,length=2:4,offset=1",
+     "--duration", "3", "--pin-sweeps", "--quiet"],
+    ["presets"], ["scenarios"], ["fields"], ["examples"],
+]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv", WIDTH_COMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_default_output_fits_100_columns(capsys, argv):
+    """Issue 28: explore printed lines up to 182 columns, `sweep --preset bullmq` 102. (tune's tables are
+    still wider: not covered here.)"""
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    widest = max(out.splitlines(), key=len)
+    assert len(widest) <= 100, widest
