@@ -1352,6 +1352,16 @@ def _bullet(text: str, width: int = 100) -> str:
     return textwrap.fill(text, width, initial_indent="  - ", subsequent_indent="    ", break_on_hyphens=False)
 
 
+def _prose(text: str, width: int = 100) -> str:
+    """A line of prose wrapped to `width` columns, continuations indented 2 more than its first line."""
+    if len(text) <= width:
+        return text
+    import textwrap
+
+    indent = " " * (len(text) - len(text.lstrip()) + 2)
+    return textwrap.fill(text, width, subsequent_indent=indent, break_on_hyphens=False)
+
+
 def report(r: TuneResult) -> str:
     """The human-readable answer."""
     limits = r.limits
@@ -1366,11 +1376,13 @@ def report(r: TuneResult) -> str:
         "status",
     ]
     lines = [
-        f"limits: false reclaims <= {limits.false_reclaims if limits.false_reclaims is not None else 'any'} per {per}; "
-        f"detection {limits.detection_stat} <= {limits.detection if limits.detection is not None else 'any'} s; "
-        f"Redis <= {limits.requests_per_s if limits.requests_per_s is not None else 'any'} requests/s; "
-        f"confidence {limits.confidence:g}: intervals are two-sided at {lvl}, so their upper ends hold together "
-        f"at {limits.confidence:g} over the {max(1, limits.count)} limit(s) (Bonferroni)",
+        _prose(
+            f"limits: false reclaims <= {limits.false_reclaims if limits.false_reclaims is not None else 'any'} per {per}; "
+            f"detection {limits.detection_stat} <= {limits.detection if limits.detection is not None else 'any'} s; "
+            f"Redis <= {limits.requests_per_s if limits.requests_per_s is not None else 'any'} requests/s; "
+            f"confidence {limits.confidence:g}: intervals are two-sided at {lvl}, so their upper ends hold together "
+            f"at {limits.confidence:g} over the {max(1, limits.count)} limit(s) (Bonferroni)"
+        ),
         f"simulated runs: {r.runs} (at most {r.max_runs}); seed {r.seed}",
         "",
     ]
@@ -1393,32 +1405,40 @@ def report(r: TuneResult) -> str:
                 f"meets every limit; the race's fastest, {r.lease.best.label()}, was not confirmed on fresh "
                 f"seeds, this one was"
             )
-        lines += [f"recommended: {best.label()}", f"  ({state})", _table([_row(best, limits)], header)]
+        lines += [
+            f"recommended: {best.label()}",
+            _prose(f"  ({state})"),
+            _table([_row(best, limits)], header),
+        ]
         if r.verifications:
             assert r.verify_level is not None
             vlvl = f"{r.verify_level:.2%}"
             lines += [
-                f"on fresh seeds (root seed {r.seed + VERIFY_SEED_OFFSET}; sequential, so every interval is at "
-                f"{vlvl}: Bonferroni over the limits and every look that could happen):",
+                _prose(
+                    f"on fresh seeds (root seed {r.seed + VERIFY_SEED_OFFSET}; sequential, so every interval is "
+                    f"at {vlvl}: Bonferroni over the limits and every look that could happen):"
+                ),
                 _table(
                     [_row(v, limits) for v in r.verifications],
                     [h.replace(f"[{lvl}]", f"[{vlvl}]") for h in header],
                 ),
             ]
-            lines += [f"  {v.label()}: {v.reason}" for v in r.verifications if v.status != "confirmed"]
-        lines += ["", f"runner-up: {r.lease.why_runner_up_lost}"]
+            lines += [
+                _prose(f"  {v.label()}: {v.reason}") for v in r.verifications if v.status != "confirmed"
+            ]
+        lines += ["", _prose(f"runner-up: {r.lease.why_runner_up_lost}")]
         lines += [
             "",
             "BullMQ Worker options:",
-            "  " + ", ".join(f"{k}: {v}" for k, v in bullmq_settings(best).items()),
+            _prose("  " + ", ".join(f"{k}: {v}" for k, v in bullmq_settings(best).items())),
         ]
-        lines.append("  " + lock_renew_note(best, _typical_rtt(r.workload.rtt)))
+        lines.append(_prose("  " + lock_renew_note(best, _typical_rtt(r.workload.rtt))))
     t = r.timeout.best
     lines += ["", "best fixed timeout, for comparison:"]
     lines.append(
         _table([_row(t, limits)], header)
         if t is not None
-        else f"  none met the limits ({r.timeout.why_runner_up_lost})"
+        else _prose(f"  none met the limits ({r.timeout.why_runner_up_lost})")
     )
     lines += ["", "Pareto frontier (false reclaims, detection, Redis requests; simulated lease settings):"]
     lines.append(_table([_row(c, limits) for c in r.frontier()], header))

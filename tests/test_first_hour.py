@@ -131,3 +131,17 @@ def test_default_output_fits_100_columns(capsys, argv):
     out = capsys.readouterr().out
     widest = max(out.splitlines(), key=len)
     assert len(widest) <= 100, widest
+
+
+def test_assignments_check_outside_a_checkout_says_where_the_notebooks_are(monkeypatch, tmp_path):
+    """Issue 28: an installed package's default folder (site-packages/../notebooks) can never exist; the
+    message says the notebooks come with a checkout and how to point at them."""
+    import emqsim.assignments as assignments
+
+    monkeypatch.setattr(assignments, "default_source", lambda: tmp_path / "site-packages" / "nope")
+    with pytest.raises(ConfigError) as exc:
+        assignments.sources(None)
+    message = str(exc.value)
+    assert "checkout" in message and "--source DIR" in message and "nope" not in message
+    with pytest.raises(ConfigError, match="no assignment folder"):
+        assignments.sources(tmp_path / "missing")
