@@ -1078,20 +1078,21 @@ def tune(
     settings are tried (`verify_on_fresh_seeds`). `verify=0` skips this. Same inputs and seed give the same
     result with any `jobs`."""
     say = say or (lambda _msg: None)
+    if verify_max is None:
+        verify_max = 8 * verify
+    if verify and verify_max < verify:
+        raise ConfigError(f"verify_max ({verify_max}) must be at least verify ({verify})")
+    # a limit the budget could not certify even with no false reclaim at all: refused before any work
+    check_certifiable(workload, limits, space.max_replications, limits.level, "max_replications")
+    if verify:
+        looks = len(verification_sizes(verify, verify_max)) * VERIFY_CANDIDATES
+        check_certifiable(workload, limits, verify_max, 1 - (1 - limits.level) / looks, "verify_max")
     scenario = workload.scenario()
     candidates = build_candidates(space)
     pauses, outages = _pause_sample(workload), _outage_sample(workload)  # drawn once for every candidate
     for c in candidates:
         predict(c, workload, limits, pauses, outages)
         prune(c, limits)
-    if verify_max is None:
-        verify_max = 8 * verify
-    if verify and verify_max < verify:
-        raise ConfigError(f"verify_max ({verify_max}) must be at least verify ({verify})")
-    check_certifiable(workload, limits, space.max_replications, limits.level, "max_replications")
-    if verify:
-        looks = len(verification_sizes(verify, verify_max)) * VERIFY_CANDIDATES
-        check_certifiable(workload, limits, verify_max, 1 - (1 - limits.level) / looks, "verify_max")
     bound = max_runs(candidates, space, verify_max if verify else 0)
     say(
         f"tune: {len(candidates)} candidates, {sum(c.status == 'pruned' for c in candidates)} ruled out by the "
