@@ -136,6 +136,27 @@ def renewal_period(
     return base + _ticks_until_due(base, rule, resolution) * _on_grid(rule.tick, resolution)
 
 
+def first_renewal_gap(
+    renewal: float | RenewalRule, *, rtt: float = DEFAULT_RTT, resolution: float = MS
+) -> float:
+    """G: the longest time from a take's send to the send of the job's first renewal (at least B).
+
+    The job is tracked from its start, a round trip after the take was sent; the lock manager checks it on
+    its ticks and renews it at the first check where its age is past `min_age`. In the worst case a check
+    comes exactly when the age reaches `min_age` (strict: not due; `>=`: one ms before) and the next check is
+    a whole spacing later: `tick` for a fixed-rate timer, `tick + rtt` for one that sleeps after a reply (the
+    check before may have renewed another job). Fixed rate, renew every tick: G = rtt + tick; BullMQ
+    (min_age = tick = lockDuration/4, after reply): G = 2 tick + 2 rtt. A pause, an outage or a crash before
+    the first renewal sees this gap where the steady state sees B, so its thresholds are lower."""
+    rule = _rule(renewal)
+    r = _on_grid(rtt, resolution)
+    T = _on_grid(rule.tick, resolution)
+    M = _on_grid(rule.min_age, resolution)
+    spacing = T + r if rule.after_reply else T
+    last_not_due = M if rule.strict else M - resolution
+    return max(r + last_not_due + spacing, renewal_period(renewal, rtt=rtt, resolution=resolution))
+
+
 def renewal_period_after_loss(
     renewal: float | RenewalRule,
     *,

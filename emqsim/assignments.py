@@ -29,11 +29,16 @@ def default_source() -> Path:
 
 def sources(folder: Path | None) -> list[Path]:
     """The source notebooks in `folder` (default: the checkout's), or a one-line ConfigError."""
+    if folder is None and not default_source().is_dir():
+        # an installed package (not an editable checkout) has no notebooks beside it: naming the folder it
+        # looked in would name one that can never exist
+        raise ConfigError(
+            "the assignment notebooks come with an emqsim checkout, not with the installed package; give "
+            "--source DIR (a checkout's notebooks/assignments folder) or run from a checkout (pip install -e .)"
+        )
     folder = default_source() if folder is None else Path(folder)
     if not folder.is_dir():
-        raise ConfigError(
-            f"no assignment folder {str(folder)!r}; run from an emqsim checkout or give --source DIR"
-        )
+        raise ConfigError(f"no assignment folder {str(folder)!r}; give --source DIR with the .ipynb files")
     found = sorted(p for p in folder.glob("*.ipynb") if not p.name.startswith("."))
     if not found:
         raise ConfigError(f"no notebooks (*.ipynb) in {str(folder)!r}; give --source DIR")

@@ -145,38 +145,93 @@ MAX_DURATIONS_BYTES = 100_000_000  # about 10 million measured durations
 
 
 def read_durations(path: str | Path) -> Empirical:
-    """Measured durations from a text/CSV file: one number of seconds per line (one column). Blank lines and
-    lines starting with `#` are skipped; the first other line may be a header (e.g. `duration_s`). Any other
-    problem (no such file, no values, a non-number, a negative, NaN or infinite value, several columns) is a
-    ConfigError naming the file and line."""
+    """Measured durations from a text/CSV file, in one of three layouts: one number of seconds per line (the
+    first line may be a header such as `duration_s`); a CSV with a `duration` or `duration_s` column in
+    seconds; or a BullMQ export with `processedOn` and `finishedOn` columns (epoch ms; rows without
+    `finishedOn`, jobs not finished, are skipped). Blank lines and lines starting with `#` are skipped. Any
+    other problem (no such file, no values, a non-number, a negative, NaN or infinite value, several columns
+    without those headers) is a ConfigError naming the file and line. `run`, `sweep` (`--duration
+    file:PATH`), scenario files and `tune --durations` all read durations with this one reader."""
     from emqsim.fileio import read_regular_text
 
     path = Path(path)
     text = read_regular_text(path, MAX_DURATIONS_BYTES, "durations file")  # a pipe or /dev/zero: refused
+    numbered = [
+        (n, raw.strip())
+        for n, raw in enumerate(text.splitlines(), start=1)
+        if raw.strip() and not raw.strip().startswith("#")
+    ]
+    if numbered and any(sep in numbered[0][1] for sep in ",\t;"):
+        values = _read_columns(path, numbered)
+    else:
+        values = _read_one_column(path, numbered)
+    if not values:
+        raise ConfigError(f"durations file {str(path)!r} has no values; put one number of seconds per line")
+    return Empirical(tuple(values))
+
+
+def _seconds(where: str, cell: str) -> float:
+    try:
+        value = float(cell)
+    except ValueError:
+        raise ConfigError(f"{where}: {cell!r} is not a number") from None
+    if math.isnan(value) or math.isinf(value):
+        raise ConfigError(f"{where}: {cell!r} is not a finite number of seconds")
+    if value < 0:
+        raise ConfigError(f"{where}: {cell!r} is negative; durations are seconds >= 0")
+    return value
+
+
+def _read_one_column(path: Path, numbered: list[tuple[int, str]]) -> list[float]:
     values: list[float] = []
-    seen_line = False
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        first, seen_line = not seen_line, True
+    for i, (number, line) in enumerate(numbered):
         where = f"{path}:{number}"
         if "," in line or "\t" in line or ";" in line:
             raise ConfigError(f"{where}: {line!r} has several columns; give one column of seconds per line")
         try:
-            value = float(line)
+            float(line)
         except ValueError:
-            if first:
+            if i == 0:
                 continue  # a header such as `duration_s`
             raise ConfigError(f"{where}: {line!r} is not a number of seconds") from None
-        if math.isnan(value) or math.isinf(value):
-            raise ConfigError(f"{where}: {line!r} is not a finite number of seconds")
-        if value < 0:
-            raise ConfigError(f"{where}: {line!r} is negative; durations are seconds >= 0")
-        values.append(value)
-    if not values:
-        raise ConfigError(f"durations file {str(path)!r} has no values; put one number of seconds per line")
-    return Empirical(tuple(values))
+        values.append(_seconds(where, line))
+    return values
+
+
+def _read_columns(path: Path, numbered: list[tuple[int, str]]) -> list[float]:
+    """A CSV with a header: BullMQ's `processedOn`/`finishedOn` (epoch ms) or a `duration`/`duration_s`
+    column (seconds)."""
+    import csv
+
+    delimiter = next(sep for sep in ",\t;" if sep in numbered[0][1])
+    rows = list(csv.reader([line for _, line in numbered], delimiter=delimiter))
+    header = [h.strip() for h in rows[0]]
+    values: list[float] = []
+    if {"processedOn", "finishedOn"} <= set(header):
+        a, b = header.index("processedOn"), header.index("finishedOn")
+        for (n, _), row in zip(numbered[1:], rows[1:], strict=True):
+            if len(row) <= max(a, b) or not row[a].strip() or not row[b].strip():
+                continue  # a job that has not finished
+            start, end = _seconds(f"{path}:{n}", row[a]), _seconds(f"{path}:{n}", row[b])
+            if end < start:
+                raise ConfigError(f"{path}:{n}: finishedOn is before processedOn")
+            values.append((end - start) / 1000)
+        if not values:
+            raise ConfigError(f"{path}: no finished jobs in it (every row lacks processedOn or finishedOn)")
+        return values
+    name = "duration" if "duration" in header else "duration_s" if "duration_s" in header else None
+    if name is None:
+        raise ConfigError(
+            f"{path}:{numbered[0][0]}: {numbered[0][1]!r} has several columns but no `duration` (seconds) or "
+            "`processedOn`,`finishedOn` (BullMQ, ms) header; give one of those or one column of seconds"
+        )
+    col = header.index(name)
+    values = []
+    for (n, _), row in zip(numbered[1:], rows[1:], strict=True):
+        if len(row) <= col or not row[col].strip():
+            raise ConfigError(f"{path}:{n}: no value in the `{name}` column; give every row its seconds")
+        values.append(_seconds(f"{path}:{n}", row[col]))
+    return values
 
 
 def parse_distribution(text: str, base: str | Path | None = None) -> Distribution:

@@ -462,6 +462,7 @@ class _Evaluator:
         self.space = sp
         self.cache: dict[tuple[tuple[int, ...], TieBreak | None], tuple[Sig, int | None]] = {}
         self.runs = 0
+        self.on_run: Callable[[], None] | None = None  # progress: called after every run
 
     def verdicts(self, run: Run) -> tuple[bool, ...]:
         return tuple(bool(p.check(run)) for p in self.space.properties)
@@ -471,6 +472,8 @@ class _Evaluator:
         if hit is None:
             run = self.space.run(point, tie)
             self.runs += 1
+            if self.on_run is not None:
+                self.on_run()
             metric = _metric_ms(run, self.space.fault_time_ms(point))
             hit = (_signature(run, self.verdicts(run), metric), metric)
             self.cache[(point, tie)] = hit
@@ -1049,11 +1052,14 @@ def estimate_runs(sp: Space, ties: bool = True) -> int:
     return int(cost * (2 if ties else 1))
 
 
-def _chunk(args: tuple[Space, int, int, bool]) -> tuple[_Aggregate, int, list, dict]:
+def _chunk(
+    args: tuple[Space, int, int, bool], on_run: Callable[[], None] | None = None
+) -> tuple[_Aggregate, int, list, dict]:
     """Explore the outermost coordinate from lo to hi and sum it up (module-level, so process pools can
-    pickle it)."""
+    pickle it). `on_run` (serial runs only) is called after every run, for a progress bar."""
     sp, lo, hi, ties = args
     search = _Search(sp, ties)
+    search.eval.on_run = on_run
     structure = search.level((), 0, lo, hi) if len(sp.dims) > 1 else search.line(())
     agg = _Aggregate(sp)
     agg.structure(structure, len(sp.dims) - 1)
@@ -1067,10 +1073,12 @@ def explore(
     jobs: int | None = 1,
     executor: Executor | None = None,
     ties: bool = True,
+    progress: Callable[[int], None] | None = None,
 ) -> Exploration:
     """Search every point of `sp` (see the module docstring); `jobs` processes or an `executor` (e.g. Dask's)
     split the outermost coordinate. `ties`: also run the points around every flip of a property under the
-    other same-millisecond orders (`TIE_VARIANTS`)."""
+    other same-millisecond orders (`TIE_VARIANTS`). `progress(n)` is told of n more runs as they happen
+    (run by run in one process; part by part with several)."""
     if not sp.dims:
         raise ConfigError("explore: every coordinate is pinned; nothing to search")
     outer = sp.dims[0]
@@ -1081,12 +1089,15 @@ def explore(
     edges = np.linspace(outer.lo, outer.hi + 1, parts + 1).round().astype(int).tolist()
     tasks = [(sp, lo, hi - 1, ties) for lo, hi in zip(edges, edges[1:], strict=False) if hi - 1 >= lo]
     if parts == 1:
-        results = [_chunk(t) for t in tasks]
+        tick = None if progress is None else (lambda: progress(1))
+        results = [_chunk(t, tick) for t in tasks]
     else:
         with contextlib.ExitStack() as stack:
             if executor is None:
                 executor = stack.enter_context(owned_pool(workers))
             results = gather(submit_all(executor, _chunk, tasks))
+        if progress is not None:
+            progress(sum(r[1] for r in results))
     agg = _Aggregate(sp)
     runs = 0
     tie_findings = []
@@ -1150,8 +1161,18 @@ def _where(point: Mapping[str, int]) -> str:
     return ", ".join(f"{k} {v / 1000:g} s" for k, v in sorted(point.items()))
 
 
-def format_exploration(result: Exploration) -> str:
-    """The report `python -m emqsim explore` prints."""
+def _wrap(line: str, width: int) -> str:
+    """A line wrapped to `width` columns (0: as it is), continuations indented 4 more than the line."""
+    if not width or len(line) <= width:
+        return line
+    import textwrap
+
+    indent = " " * (len(line) - len(line.lstrip()) + 4)
+    return textwrap.fill(line, width, subsequent_indent=indent, break_on_hyphens=False)
+
+
+def format_exploration(result: Exploration, width: int = 100) -> str:
+    """The report `python -m emqsim explore` prints, wrapped to `width` columns (0: unwrapped)."""
     sp = result.space
 
     def whom(f: FaultSpec) -> str:
@@ -1199,7 +1220,7 @@ def format_exploration(result: Exploration) -> str:
             lines.append(
                 f"  {', '.join(t.properties)} under '{t.tie_break}' ({count} place(s), e.g. {_where(t.point)})"
             )
-    return "\n".join(lines)
+    return "\n".join(_wrap(line, width) for line in lines)
 
 
 def counterexample_run(result: Exploration, prop: str) -> Run:
@@ -1303,6 +1324,7 @@ def add_explore_arguments(p: Any) -> None:
         "--max-runs", type=whole(1), default=MAX_RUNS, help=f"refuse bigger (default {MAX_RUNS:,})"
     )
     p.add_argument("--yes", action="store_true", help="run even if the estimate is over --max-runs")
+    p.add_argument("--quiet", action="store_true", help="no progress bar (shown on a terminal's stderr)")
     p.add_argument(
         "--plot",
         type=output_path(".png", ".svg", ".html"),
@@ -1380,9 +1402,15 @@ def cmd_explore(args: Any) -> int:
         from emqsim.cli.work import dask_executor as _dask_executor
 
         executor, client = _dask_executor(args.dask)
+    from emqsim.sweep import _progress_bar
+
+    # progress on stderr (a terminal only, unless --quiet): the total is the upper estimate of the runs
+    bar = _progress_bar(estimate, None if not args.quiet else False)
+    bar.set_description("exploring")
     try:
-        result = explore(sp, jobs=args.jobs, executor=executor, ties=not args.no_ties)
+        result = explore(sp, jobs=args.jobs, executor=executor, ties=not args.no_ties, progress=bar.update)
     finally:
+        bar.close()
         if client is not None:
             from emqsim.cli.work import close_dask
 

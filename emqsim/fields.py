@@ -30,7 +30,17 @@ _POOLED = "none: a pooled point estimate; `_lower_bound` says whether an undetec
 
 FIELDS = (
     Field("replications", "Independent runs aggregated into the row.", _NONE),
-    Field("jobs_total", "Jobs, summed over replications.", _NONE, ("jobs",)),
+    Field(
+        "jobs_total",
+        "Jobs in the scenario, summed over replications (a horizon can end a run before all arrive).",
+        _NONE,
+        ("jobs",),
+    ),
+    Field(
+        "jobs_arrived_total",
+        "Jobs added before their run ended (the jobs at risk: per-job rates divide by them), total.",
+        _NONE,
+    ),
     Field("attempts_total", "Takes of jobs by workers, total.", _NONE, ("attempts",)),
     Field("reclaims_total", "Jobs taken back by a sweep or failed, total.", _NONE, ("reclaims",)),
     Field(
@@ -38,7 +48,8 @@ FIELDS = (
     ),
     Field(
         "false_reclaims_per_job",
-        "False reclaims per job (a count per job: can exceed 1 when a job is falsely reclaimed repeatedly).",
+        "False reclaims per job that arrived (a count per job: can exceed 1 when a job is falsely reclaimed "
+        "repeatedly).",
         _RATE + " (the bound assumes at most one per job)",
         ("false_reclaim_rate", "false_reclaim_rate_ci"),
     ),

@@ -39,7 +39,8 @@ class RunSummary:
     policy: dict[str, Any]
     seed: int
     replication: int
-    jobs: int
+    jobs: int  # the scenario's job count
+    jobs_arrived: int  # jobs added before the run ended: the jobs at risk, what per-job rates divide by
     end: float
     attempts: int
     completed_jobs: int
@@ -140,8 +141,10 @@ class SummaryBuilder:
             self.completed_jobs += 1
             self._job_latency[int(attempts[0].job)] = first_done - arrival
 
-    def result(self, run: Run) -> RunSummary:
-        """The summary, with what the run itself knows (its settings, end, traffic)."""
+    def result(self, run: Run, arrived: int | None = None) -> RunSummary:
+        """The summary, with what the run itself knows (its settings, end, traffic). `arrived` is the number
+        of jobs added before the run ended; None takes it from the run's records (`len(run.arrivals)`), which a
+        streaming run does not keep."""
         latencies = self._job_latency
         return RunSummary(
             scenario=run.scenario,
@@ -149,6 +152,7 @@ class SummaryBuilder:
             seed=run.seed,
             replication=run.replication,
             jobs=run.jobs,
+            jobs_arrived=len(run.arrivals) if arrived is None else arrived,
             end=run.end,
             attempts=self.attempts,
             completed_jobs=self.completed_jobs,
@@ -402,12 +406,14 @@ def aggregate(summaries: Sequence[RunSummary], **extra: Any) -> dict[str, Any]:
         raise ValueError("aggregate needs at least one run summary")
     first = summaries[0]
     reps = len(summaries)
-    jobs_per_run = [s.jobs for s in summaries]
+    # Per-job rates divide by the jobs at risk: those added before the run ended (a horizon can cut the
+    # arrivals short), not the scenario's job count.
+    jobs_per_run = [s.jobs_arrived for s in summaries]
     false_per_run = [s.false_reclaims for s in summaries]
     false = sum(false_per_run)
     rate, rate_lo, rate_hi = cluster_rate_ci(false_per_run, jobs_per_run, cap=[1.0] * reps)
     hours = [s.work_hours for s in summaries]
-    per_hour_cap = [s.jobs / s.work_hours for s in summaries if s.work_hours > 0] or [math.nan]
+    per_hour_cap = [s.jobs_arrived / s.work_hours for s in summaries if s.work_hours > 0] or [math.nan]
     hour_rate, hour_lo, hour_hi = cluster_rate_ci(false_per_run, hours, cap=per_hour_cap)
     # Detection latency: crashes still undetected at the horizon are censored at (end - crash); the mean
     # over detected and censored crashes is then a lower bound, and only its interval's lower end holds.
@@ -432,7 +438,8 @@ def aggregate(summaries: Sequence[RunSummary], **extra: Any) -> dict[str, Any]:
         "scenario": first.scenario,
         **first.policy,
         "replications": reps,
-        "jobs_total": sum(jobs_per_run),
+        "jobs_total": sum(s.jobs for s in summaries),
+        "jobs_arrived_total": sum(jobs_per_run),
         "attempts_total": sum(s.attempts for s in summaries),
         "reclaims_total": sum(s.reclaims for s in summaries),
         "false_reclaims_total": false,

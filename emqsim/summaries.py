@@ -15,5 +15,6 @@ def simulate_summary(
     it is final, so memory follows the jobs in flight (with `Scenario.remove_on_complete`, Redis's too).
     The same summary as `summarize(simulate(scenario, policy, seed, replication))`, bit for bit."""
     builder = SummaryBuilder(scenario.jobs)
-    run = Simulation(scenario, policy, seed, replication, job_sink=builder.add_job).run()
-    return builder.result(run)
+    simulation = Simulation(scenario, policy, seed, replication, job_sink=builder.add_job)
+    run = simulation.run()
+    return builder.result(run, arrived=simulation.arrived)

@@ -236,8 +236,8 @@ _SCRIPT = r"""
   document.getElementById("title").textContent = D.title;
   const s = D.summary;
   document.getElementById("summary").textContent =
-    `${s.jobs} jobs, ${s.attempts} attempts, ${s.reclaims} reclaims (${s.false_reclaims} false), ` +
-    `${s.requests} requests to Redis; ` +
+    `${count(s.jobs, "job")}, ${count(s.attempts, "attempt")}, ${count(s.reclaims, "reclaim")} ` +
+    `(${s.false_reclaims} false), ${count(s.requests, "request")} to Redis; ` +
     (s.ended_by === "done" ? `every job settled by ${fmt(s.end)} s.` : `stopped at the horizon, ${fmt(s.end)} s.`);
 
   // Lanes: sweeps on top, then one per worker, as tall as the attempts it ran at once.
@@ -447,10 +447,16 @@ _SCRIPT = r"""
 
   // -- legend -------------------------------------------------------------------------------------------------
   const legend = document.getElementById("legend");
+  // an attempt's colour is its outcome: list the outcomes this run has, and only those
+  const outcomes = new Set(D.attempts.map((a) => a.record.outcome));
+  const outcomeItems = [
+    ["completed", "attempt, completed"], ["duplicate_completion", "duplicate completion"],
+    ["finish_rejected", "finish rejected (token check)"], ["reclaimed", "attempt reclaimed"],
+    ["failed", "attempt failed (stalled too often)"], ["held", "held by a dead worker at the end"],
+    ["running", "still running at the end"],
+  ].filter(([k]) => outcomes.has(k)).map(([k, text]) => ["rect", C[k], text]);
   const items = [
-    ["rect", C.completed, "attempt, completed"], ["rect", C.duplicate_completion, "duplicate completion"],
-    ["rect", C.finish_rejected, "finish rejected (token check)"], ["rect", C.reclaimed, "attempt reclaimed"],
-    ["rect", C.held, "held by a dead worker"], ["rect", C.running, "still running"],
+    ...outcomeItems,
     ["thin", C.lock, "lock alive"], ["tick", C.renewed, "heartbeat renewal"], ["tick", C.renew_failed, "renewal refused"],
     ["diamond", C.rightReclaim, "reclaim (worker dead)"], ["diamond", C.falseReclaim, "false reclaim"],
     ["tick", C.sweepHit, "sweep that reclaimed"], ["tick", C.sweep, "sweep"],
@@ -472,6 +478,10 @@ _SCRIPT = r"""
     span2.appendChild(s2);
     span2.appendChild(document.createTextNode(text));
     legend.appendChild(span2);
+  }
+
+  function count(n, word) {
+    return `${n} ${word}${n === 1 ? "" : "s"}`;
   }
 
   function el(name, attrs) {

@@ -37,8 +37,6 @@ Bonferroni) is within it: the k one-sided bounds then hold together at `confiden
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import math
 import os
 import sys
@@ -234,51 +232,8 @@ class SearchSpace:
 def read_durations(path: str | os.PathLike) -> Empirical:
     """Job durations from a file: one number of seconds per line, or a CSV with a `duration` (seconds) column,
     or BullMQ's `processedOn` and `finishedOn` columns (epoch milliseconds). Blank lines and `#` comments are
-    skipped."""
-    from emqsim.fileio import read_regular_text
-
-    path = Path(path)
-    text = read_regular_text(path, distributions.MAX_DURATIONS_BYTES, "durations file")  # never a pipe
-    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    if not lines:
-        raise ConfigError(f"{path}: no durations in it; one number of seconds per line, or a CSV")
-    rows = list(csv.reader(io.StringIO("\n".join(lines))))
-    header = [h.strip() for h in rows[0]]
-    if all(len(row) == 1 for row in rows):  # one column: the same reader as `--duration file:PATH`
-        return distributions.read_durations(path)
-    values: list[float] = []
-
-    def number(cell: str, line: int) -> float:
-        try:
-            value = float(cell)
-        except ValueError:
-            raise ConfigError(f"{path}:{line}: {cell!r} is not a number") from None
-        if not (math.isfinite(value) and value >= 0):
-            raise ConfigError(f"{path}:{line}: a duration must be >= 0 seconds, got {cell!r}")
-        return value
-
-    if {"processedOn", "finishedOn"} <= set(header):
-        a, b = header.index("processedOn"), header.index("finishedOn")
-        for n, row in enumerate(rows[1:], start=2):
-            if len(row) <= max(a, b) or not row[a].strip() or not row[b].strip():
-                continue  # a job that has not finished
-            start, end = number(row[a], n), number(row[b], n)
-            if end < start:
-                raise ConfigError(f"{path}:{n}: finishedOn is before processedOn")
-            values.append((end - start) / 1000)
-    elif "duration" in header or "duration_s" in header:
-        col = header.index("duration" if "duration" in header else "duration_s")
-        for n, row in enumerate(rows[1:], start=2):
-            if len(row) <= col or not row[col].strip():
-                raise ConfigError(
-                    f"{path}: row {n} has no value in the {header[col]} column; give every row its duration"
-                )
-            values.append(number(row[col], n))
-    else:
-        values = [number(row[0], n) for n, row in enumerate(rows, start=1)]
-    if not values:
-        raise ConfigError(f"{path}: no finished jobs in it")
-    return Empirical(tuple(values))
+    skipped. The same reader as `--duration file:PATH` (`emqsim.distributions.read_durations`)."""
+    return distributions.read_durations(Path(path))
 
 
 def distribution_spec(d: Distribution) -> str:
@@ -460,6 +415,9 @@ def predict(
             )
         )
         per_job += w.outage_rate / 3600 * w.duration.mean() * outage_lapse
+    G = analytic.first_renewal_gap(rule, rtt=rtt)
+    h = analytic.one_way(rtt)[0]
+    Bl = analytic.renewal_period_after_loss(rule, rtt=rtt, command_timeout=w.command_timeout)
     sweeps = w.workers / (c.scan + rtt) if policy.swept_by == "workers" else 1 / (c.scan + rtt)
     c.predicted = {
         "requests_per_s": sweeps + _busy_workers(w) / B + 2 * w.rate,
@@ -475,13 +433,21 @@ def predict(
         "pause_lapse_probability": lapse,
         "pause_safe_up_to": c.lease_s - B,
         "outage_lapse_probability": outage_lapse,
-        "outage_safe_up_to": longest_safe_outage(c.lease_s - B),
+        "outage_safe_up_to": longest_safe_outage(c.lease_s - B - h),
+        # before the job's first renewal the lock was last set by the take, up to G before (G >= B)
+        "first_renewal_gap": G,
+        "pause_safe_up_to_first": c.lease_s - G,
+        "outage_safe_up_to_first": longest_safe_outage(c.lease_s - G - h),
+        "losses_to_lapse_first": (to_ms(c.lease_s) - to_ms(G)) // to_ms(Bl) + 1 if c.lease_s >= G else 0,
+        "detection_lo_first": lat.lo + B - G,
     }
 
 
 def longest_safe_outage(margin: float) -> float:
     """The longest connection outage whose reconnect (BullMQ's backoff, analytic.reconnect_time) comes at most
-    `margin` = lease - renewal period after the disconnect, i.e. never lapses the lease (ms resolution)."""
+    `margin` after the disconnect (ms resolution): with `margin` = lease - B - h it never lapses the lease
+    (a renewal sent less than h, half a round trip, before the outage is lost with the connection, so the lock
+    can have been set B + h before it)."""
     lo, hi = 0, to_ms(max(margin, 0.0))
     if analytic.reconnect_time(0.001) > margin:
         return 0.0
@@ -668,7 +634,7 @@ def measure(c: Candidate, runs: Sequence[RunSummary], limits: Limits, w: Workloa
     level = limits.level
     c.replications = len(runs)
     if limits.false_reclaims_per == "job":
-        exposure = [float(s.jobs) for s in runs]
+        exposure = [float(s.jobs_arrived) for s in runs]  # the jobs at risk: added before the run ended
     else:
         exposure = [s.end / 3600 for s in runs]
     c.metrics["false_reclaims"] = rate_interval(
@@ -1062,6 +1028,36 @@ def verify_on_fresh_seeds(
     return out, strict.level
 
 
+def zero_event_bound(w: Workload, limits: Limits, runs: int, level: float) -> float:
+    """The smallest upper bound `rate_interval` can give the false-reclaim rate from `runs` runs: with no false
+    reclaim at all, the Poisson bound -ln((1 - level)/2) x concurrency over the most exposure the runs can have
+    (every job arrived, per job; the whole horizon, per hour)."""
+    exposure = w.jobs if limits.false_reclaims_per == "job" else w.horizon / 3600
+    return -math.log((1 - level) / 2) * max(1, w.concurrency) / (runs * exposure)
+
+
+def check_certifiable(w: Workload, limits: Limits, runs: int, level: float, budget: str) -> None:
+    """Refuse, before any run, a false-reclaim limit that `runs` runs could not show to be met even with no
+    false reclaim at all: the search would run to its budget and decide nothing. Names the runs it takes."""
+    limit = limits.false_reclaims
+    if limit is None:
+        return
+    floor = zero_event_bound(w, limits, runs, level)
+    if floor <= limit:
+        return
+    need = math.ceil(runs * floor / limit)
+    unit = f"per {limits.false_reclaims_per}"
+    flag = {"max_replications": "--max-replications", "verify_max": "--verify-max"}[budget]
+    jobs = math.ceil(w.jobs * floor / limit)
+    more = f" or --jobs-per-run {jobs}" if limits.false_reclaims_per == "job" else ""
+    raise ConfigError(
+        f"a limit of {limit:g} false reclaims {unit} cannot be shown with {runs} runs ({budget}): even with "
+        f"none at all they bound the rate only at {floor:.3g} {unit} ({100 * level:.4g}% interval; one fault "
+        f"can lapse all {w.concurrency} jobs of a worker); give {flag} {need}{more}, or a limit of at least "
+        f"{floor:.3g}"
+    )
+
+
 def tune(
     workload: Workload,
     limits: Limits,
@@ -1082,16 +1078,21 @@ def tune(
     settings are tried (`verify_on_fresh_seeds`). `verify=0` skips this. Same inputs and seed give the same
     result with any `jobs`."""
     say = say or (lambda _msg: None)
+    if verify_max is None:
+        verify_max = 8 * verify
+    if verify and verify_max < verify:
+        raise ConfigError(f"verify_max ({verify_max}) must be at least verify ({verify})")
+    # a limit the budget could not certify even with no false reclaim at all: refused before any work
+    check_certifiable(workload, limits, space.max_replications, limits.level, "max_replications")
+    if verify:
+        looks = len(verification_sizes(verify, verify_max)) * VERIFY_CANDIDATES
+        check_certifiable(workload, limits, verify_max, 1 - (1 - limits.level) / looks, "verify_max")
     scenario = workload.scenario()
     candidates = build_candidates(space)
     pauses, outages = _pause_sample(workload), _outage_sample(workload)  # drawn once for every candidate
     for c in candidates:
         predict(c, workload, limits, pauses, outages)
         prune(c, limits)
-    if verify_max is None:
-        verify_max = 8 * verify
-    if verify and verify_max < verify:
-        raise ConfigError(f"verify_max ({verify_max}) must be at least verify ({verify})")
     bound = max_runs(candidates, space, verify_max if verify else 0)
     say(
         f"tune: {len(candidates)} candidates, {sum(c.status == 'pruned' for c in candidates)} ruled out by the "
@@ -1150,42 +1151,82 @@ def tune(
     return result
 
 
+def binding_causes(candidates: Sequence[Candidate]) -> list[str]:
+    """Why the lease settings were ruled out, by limit: how many each limit ruled out (closed form or
+    simulated) and how many stayed undecided at the budget, with an example of each."""
+    kinds = {
+        "false reclaims": "the false-reclaim limit",
+        "detection": "the detection limit",
+        "requests": "the Redis budget",
+    }
+    counts: dict[str, list[Candidate]] = {}
+    for c in candidates:
+        if c.kind != "lease" or c.status not in ("pruned", "fails", "open", "undecided"):
+            continue
+        if c.status in ("pruned", "fails"):
+            text = c.reason.lower()
+            key = next((v for k, v in kinds.items() if k in text), "another limit")
+        else:
+            key = "undecided at the budget (an interval still straddles a limit)"
+        counts.setdefault(key, []).append(c)
+    out = []
+    for key, cs in sorted(counts.items(), key=lambda kv: -len(kv[1])):
+        example = cs[0]
+        why = f": e.g. {example.label()}, {example.reason}" if example.reason else ""
+        label = key if key.startswith("undecided") else f"ruled out by {key}"
+        out.append(f"{len(cs)} lease setting(s) {label}{why}")
+    return out
+
+
 def what_would_change(r: TuneResult) -> list[str]:
     """Closed-form thresholds and data-driven alternatives around the recommendation."""
     best = r.recommended
     if best is None:
-        return [
-            "no setting was decided feasible: loosen a limit, widen the search space or raise max_replications"
-        ]
+        return ["no lease setting was decided feasible: loosen a limit, widen the search space or raise "
+                "max_replications", *binding_causes(r.candidates)]  # fmt: skip
     w, limits = r.workload, r.limits
     p = best.predicted
-    safe = p["pause_safe_up_to"]
-    assert safe is not None  # predicted for every lease candidate
-    out = [
-        f"a pause (GC, blocked event loop) longer than {p['pause_safe_up_to']:g} s can lapse this lease, and one "
-        f"longer than {best.lease:g} s always does (lapse iff time since the last renewal + pause > lease); your "
-        f"pauses exceed {p['pause_safe_up_to']:g} s with probability {w.pause_length.survival(safe):.2g}"
-    ]
+    safe, first = p["pause_safe_up_to"], p["pause_safe_up_to_first"]
+    assert safe is not None and first is not None  # predicted for every lease candidate
     rule = best.policy().renewal
     assert rule is not None  # the recommendation is a lease
     rtt = _typical_rtt(w.rtt)
+    reply = (
+        f"; a pause that starts while a renewal's reply is on its way counts one tick "
+        f"({rule.tick_ms / 1000:g} s) longer (the lock manager sleeps a tick after reading the reply)"
+        if rule.after_reply
+        else ""
+    )
+    out = [
+        f"a pause (GC, blocked event loop) longer than {safe:g} s can lapse this lease ({first:g} s before a "
+        f"job's first renewal), and one longer than {best.lease:g} s always does: it lapses iff u + pause > "
+        f"lease, u = time since the worker sent the request that last set the lock (the take counts){reply}; "
+        f"your pauses exceed {safe:g} s with probability {w.pause_length.survival(safe):.2g} and {first:g} s "
+        f"with {w.pause_length.survival(first):.2g}"
+    ]
     k = analytic.losses_to_lapse(best.lease_s, rule, rtt=rtt, command_timeout=w.command_timeout)
+    k0 = p["losses_to_lapse_first"]
     out.append(
-        f"{k} renewals lost in a row lapse it (losses_to_lapse); at loss {w.loss:g} per renewal that is {w.loss**k:.2g} per renewal window"
+        f"{k} renewals lost in a row lapse it ({k0:g} for a job's first renewals); at loss {w.loss:g} per "
+        f"renewal that is {w.loss**k:.2g} per renewal window"
     )
     out.append(
-        f"a connection outage longer than {p['outage_safe_up_to']:g} s can lapse it (BullMQ's reconnect backoff "
-        f"brings the client back only at analytic.reconnect_time(D)); "
+        f"a connection outage longer than {p['outage_safe_up_to']:g} s can lapse it "
+        f"({p['outage_safe_up_to_first']:g} s before a job's first renewal): it lapses iff u + R > lease, R = "
+        f"when BullMQ's reconnect backoff brings the client back, u = time since the last renewal "
+        f"that reached Redis was sent (one sent within half a round trip of the outage is lost); "
         + (
             f"your outages exceed that with probability {w.outage_length.survival(p['outage_safe_up_to'] or 0.0):.2g}"
             if w.outage_rate > 0
             else "no outages were given (--outage-rate)"
         )
     )
+    lo = min(p["detection_lo"] or 0.0, p["detection_lo_first"] or 0.0)
     out.append(
-        f"a crash is detected {p['detection_lo']:.1f} to {p['detection_hi']:.1f} s later (closed form, mean "
+        f"a crash is detected {lo:.4g} to {p['detection_hi']:.4g} s later ({p['detection_lo']:.4g} s at the "
+        f"soonest once a job has renewed; closed form, mean "
         f"{'' if p['detection_mean_exact'] else 'at least '}{p['detection_mean']:.2f} s): a detection limit "
-        f"below {p['detection_lo']:.1f} s needs a shorter lease"
+        f"below {lo:.4g} s needs a shorter lease"
     )
     sims = [c for c in r.candidates if c.kind == "lease" and c.metrics and c is not best]
     req = best.metrics["requests_per_s"].value or 0.0
@@ -1305,6 +1346,23 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(out)
 
 
+def _bullet(text: str, width: int = 100) -> str:
+    """One "  - text" item wrapped to `width` columns, continuation lines indented under the text."""
+    import textwrap
+
+    return textwrap.fill(text, width, initial_indent="  - ", subsequent_indent="    ", break_on_hyphens=False)
+
+
+def _prose(text: str, width: int = 100) -> str:
+    """A line of prose wrapped to `width` columns, continuations indented 2 more than its first line."""
+    if len(text) <= width:
+        return text
+    import textwrap
+
+    indent = " " * (len(text) - len(text.lstrip()) + 2)
+    return textwrap.fill(text, width, subsequent_indent=indent, break_on_hyphens=False)
+
+
 def report(r: TuneResult) -> str:
     """The human-readable answer."""
     limits = r.limits
@@ -1319,11 +1377,13 @@ def report(r: TuneResult) -> str:
         "status",
     ]
     lines = [
-        f"limits: false reclaims <= {limits.false_reclaims if limits.false_reclaims is not None else 'any'} per {per}; "
-        f"detection {limits.detection_stat} <= {limits.detection if limits.detection is not None else 'any'} s; "
-        f"Redis <= {limits.requests_per_s if limits.requests_per_s is not None else 'any'} requests/s; "
-        f"confidence {limits.confidence:g}: intervals are two-sided at {lvl}, so their upper ends hold together "
-        f"at {limits.confidence:g} over the {max(1, limits.count)} limit(s) (Bonferroni)",
+        _prose(
+            f"limits: false reclaims <= {limits.false_reclaims if limits.false_reclaims is not None else 'any'} per {per}; "
+            f"detection {limits.detection_stat} <= {limits.detection if limits.detection is not None else 'any'} s; "
+            f"Redis <= {limits.requests_per_s if limits.requests_per_s is not None else 'any'} requests/s; "
+            f"confidence {limits.confidence:g}: intervals are two-sided at {lvl}, so their upper ends hold together "
+            f"at {limits.confidence:g} over the {max(1, limits.count)} limit(s) (Bonferroni)"
+        ),
         f"simulated runs: {r.runs} (at most {r.max_runs}); seed {r.seed}",
         "",
     ]
@@ -1346,36 +1406,44 @@ def report(r: TuneResult) -> str:
                 f"meets every limit; the race's fastest, {r.lease.best.label()}, was not confirmed on fresh "
                 f"seeds, this one was"
             )
-        lines += [f"recommended: {best.label()}", f"  ({state})", _table([_row(best, limits)], header)]
+        lines += [
+            f"recommended: {best.label()}",
+            _prose(f"  ({state})"),
+            _table([_row(best, limits)], header),
+        ]
         if r.verifications:
             assert r.verify_level is not None
             vlvl = f"{r.verify_level:.2%}"
             lines += [
-                f"on fresh seeds (root seed {r.seed + VERIFY_SEED_OFFSET}; sequential, so every interval is at "
-                f"{vlvl}: Bonferroni over the limits and every look that could happen):",
+                _prose(
+                    f"on fresh seeds (root seed {r.seed + VERIFY_SEED_OFFSET}; sequential, so every interval is "
+                    f"at {vlvl}: Bonferroni over the limits and every look that could happen):"
+                ),
                 _table(
                     [_row(v, limits) for v in r.verifications],
                     [h.replace(f"[{lvl}]", f"[{vlvl}]") for h in header],
                 ),
             ]
-            lines += [f"  {v.label()}: {v.reason}" for v in r.verifications if v.status != "confirmed"]
-        lines += ["", f"runner-up: {r.lease.why_runner_up_lost}"]
+            lines += [
+                _prose(f"  {v.label()}: {v.reason}") for v in r.verifications if v.status != "confirmed"
+            ]
+        lines += ["", _prose(f"runner-up: {r.lease.why_runner_up_lost}")]
         lines += [
             "",
             "BullMQ Worker options:",
-            "  " + ", ".join(f"{k}: {v}" for k, v in bullmq_settings(best).items()),
+            _prose("  " + ", ".join(f"{k}: {v}" for k, v in bullmq_settings(best).items())),
         ]
-        lines.append("  " + lock_renew_note(best, _typical_rtt(r.workload.rtt)))
+        lines.append(_prose("  " + lock_renew_note(best, _typical_rtt(r.workload.rtt))))
     t = r.timeout.best
     lines += ["", "best fixed timeout, for comparison:"]
     lines.append(
         _table([_row(t, limits)], header)
         if t is not None
-        else f"  none met the limits ({r.timeout.why_runner_up_lost})"
+        else _prose(f"  none met the limits ({r.timeout.why_runner_up_lost})")
     )
     lines += ["", "Pareto frontier (false reclaims, detection, Redis requests; simulated lease settings):"]
     lines.append(_table([_row(c, limits) for c in r.frontier()], header))
-    lines += ["", "what would change the answer:"] + [f"  - {x}" for x in r.what_would_change]
+    lines += ["", "what would change the answer:"] + [_bullet(x) for x in r.what_would_change]
     if best is not None:
         lines += ["", "emqsim scenario file (python -m emqsim run --config FILE):", scenario_toml(r).rstrip()]
     return "\n".join(lines)
@@ -1415,59 +1483,64 @@ def to_json_dict(r: TuneResult) -> dict[str, Any]:
 
 def figure(r: TuneResult):
     """Detection latency vs false reclaims of every simulated setting, coloured by Redis requests/s; the
-    frontier joined, the recommendation and the best timeout marked."""
+    frontier circled, the recommendation starred above everything, the best timeout and the limits labelled;
+    nothing clipped at the axes."""
     import matplotlib.pyplot as plt
 
     from emqsim.plots import RC
 
     limits = r.limits
     with plt.rc_context(RC):
-        fig, ax = plt.subplots(figsize=(7.0, 5.0))
+        fig, ax = plt.subplots(figsize=(7.0, 5.4))
         sims = [c for c in r.candidates if c.metrics and objective(c, limits) < math.inf]
         leases = [c for c in sims if c.kind == "lease"]
         xs = [objective(c, limits) for c in leases]
         ys = [c.metrics["false_reclaims"].value or 0.0 for c in leases]
         zs = [c.metrics["requests_per_s"].value or 0.0 for c in leases]
-        sc = ax.scatter(xs, ys, c=zs, cmap="viridis", s=18, label="lease settings (simulated)")
+        sc = ax.scatter(xs, ys, c=zs, cmap="viridis", s=18, label="lease settings (simulated)", clip_on=False)
         fig.colorbar(sc, ax=ax, label="Redis requests/s")
         front = r.frontier()
         ax.scatter(
             [objective(c, limits) for c in front],
             [c.metrics["false_reclaims"].value or 0.0 for c in front],
-            s=70, facecolors="none", edgecolors="#D55E00", linewidths=1.2,
+            s=70, facecolors="none", edgecolors="#D55E00", linewidths=1.2, clip_on=False,
             label="Pareto frontier (false reclaims, detection, requests)",
         )  # fmt: skip
+        tops = list(ys)
         if r.recommended is not None:
             c = r.recommended
             ax.scatter(
                 [objective(c, limits)],
                 [c.metrics["false_reclaims"].value or 0.0],
-                marker="*",
-                s=160,
-                color="#D55E00",
-                zorder=5,
-                label=f"recommended: {c.label()}",
-            )
+                marker="*", s=320, color="#F0E442", edgecolors="#000000", linewidths=1.0, zorder=6,
+                clip_on=False, label=f"recommended: {c.label()}",
+            )  # fmt: skip
         if r.timeout.best is not None:
             c = r.timeout.best
+            tops.append(c.metrics["false_reclaims"].value or 0.0)
             ax.scatter(
                 [objective(c, limits)],
                 [c.metrics["false_reclaims"].value or 0.0],
-                marker="s",
-                s=40,
-                color="#000000",
-                zorder=5,
-                label=f"best {c.label()}",
-            )
+                marker="s", s=40, color="#000000", zorder=5, clip_on=False, label=f"best {c.label()}",
+            )  # fmt: skip
+        per = limits.false_reclaims_per
         if limits.false_reclaims is not None:
-            ax.axhline(limits.false_reclaims, color="#8C8C8C", ls="--", lw=0.8)
+            tops.append(limits.false_reclaims)
+            ax.axhline(
+                limits.false_reclaims, color="#8C8C8C", ls="--", lw=0.8,
+                label=f"limit: {limits.false_reclaims:g} false reclaims per {per}",
+            )  # fmt: skip
         if limits.detection is not None:
-            ax.axvline(limits.detection, color="#8C8C8C", ls="--", lw=0.8)
+            ax.axvline(
+                limits.detection, color="#8C8C8C", ls=":", lw=0.8,
+                label=f"limit: detection {limits.detection_stat} {limits.detection:g} s",
+            )  # fmt: skip
         ax.set_xscale("log")
         ax.set_yscale("symlog", linthresh=max(1e-4, (limits.false_reclaims or 1e-3) / 10))
         ax.set_xlabel(f"detection latency {limits.detection_stat} (s)")
-        ax.set_ylabel(f"false reclaims per {limits.false_reclaims_per}")
-        ax.set_ylim(bottom=0)
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
+        ax.set_ylabel(f"false reclaims per {per}")
+        ax.set_ylim(bottom=0, top=2 * max([*tops, 1e-3]))
+        ax.set_title("tune: simulated settings, false reclaims against detection", fontsize=11)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, fontsize=8)
         fig.tight_layout()
     return fig

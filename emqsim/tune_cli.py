@@ -19,6 +19,7 @@ from emqsim.cli.argtypes import (
     output_path,
     probability,
     seconds,
+    seconds_or_zero,
     timeouts,
     whole,
 )
@@ -42,6 +43,26 @@ examples:
   python -m emqsim tune --preset bullmq --duration lognormal:20:1.5 --max-detection 40 --json
   python -m emqsim tune --config tune.toml --plot frontier.png --toml tuned.toml
 """
+
+
+def amount(unit: str, example: str, zero: str = ""):
+    """An argument type: a positive number of `unit` (the error names the unit; `zero` says why 0 cannot
+    work, where it is a tempting value)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {unit} (e.g. {example})") from None
+        if not math.isfinite(value) or value <= 0:
+            why = f": {zero}" if zero and value == 0 else ""
+            raise argparse.ArgumentTypeError(
+                f"{text!r} must be a positive number of {unit} (e.g. {example}){why}"
+            )
+        return value
+
+    return parse
+
 
 WORKLOAD_KEYS = {
     "duration", "durations", "workers", "concurrency", "jobs", "arrival_rate", "crash_rate", "restart_after",
@@ -109,13 +130,22 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--concurrency", type=whole(1), help="jobs per worker at once (default 2)")
     w.add_argument("--jobs-per-run", type=whole(1), help="jobs in one simulated run (default 100)")
     w.add_argument(
-        "--arrival-rate", type=seconds, metavar="PER_S", help="jobs per second (default: half capacity)"
+        "--arrival-rate",
+        type=amount("jobs per second", "0.5"),
+        metavar="PER_S",
+        help="jobs per second (default: half capacity)",
     )
     w.add_argument(
-        "--crash-rate", type=seconds, metavar="PER_WORKER_HOUR", help="crashes per worker-hour (default 2)"
+        "--crash-rate",
+        type=amount("crashes per worker-hour", "2"),
+        metavar="PER_WORKER_HOUR",
+        help="crashes per worker-hour (default 2)",
     )
     w.add_argument(
-        "--restart-after", type=rate, metavar="S", help="a crashed worker restarts after S s (default 5)"
+        "--restart-after",
+        type=seconds_or_zero,
+        metavar="S",
+        help="a crashed worker restarts after S s (default 5)",
     )
     w.add_argument(
         "--pause-rate",
@@ -137,7 +167,11 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("your limits")
     g.add_argument(
         "--max-false-reclaims",
-        type=seconds,
+        type=amount(
+            "false reclaims per job (per hour with --per hour)",
+            "0.01",
+            "no number of runs can show a rate of exactly 0; give the rate you can live with, e.g. 0.001",
+        ),
         metavar="X",
         help="false reclaims per job (or --per hour); default 0.01",
     )
@@ -147,7 +181,10 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-detection", type=seconds, metavar="S", help="detection latency limit in seconds")
     g.add_argument("--detection", choices=("mean", "p99"), help="which detection statistic (default mean)")
     g.add_argument(
-        "--max-requests", type=seconds, metavar="PER_S", help="Redis requests per second, whole fleet"
+        "--max-requests",
+        type=amount("Redis requests per second", "5"),
+        metavar="PER_S",
+        help="Redis requests per second, whole fleet",
     )
     g.add_argument("--confidence", type=fraction, help="joint confidence for the limits (default 0.95)")
     s = p.add_argument_group("the search")

@@ -42,3 +42,13 @@ def test_pooling_the_jobs_of_a_run_would_be_caught():
 def test_one_replication_gives_no_interval():
     m = coverage.measure("one replication", 10, 1, seed=1)
     assert m["intervals"] == 0.0 and m["coverage"] == 1.0
+
+
+@pytest.mark.slow
+def test_a_horizon_that_cuts_the_arrivals_keeps_the_rate_interval_honest():
+    """Issue 28: runs that end before every job arrived. Per job that arrived, the interval covers the
+    known lapse probability; the old denominator (every job of the scenario) never does."""
+    m = coverage.measure("horizon cut", 20, 6, seed=1)
+    assert m["intervals"] == 1.0
+    assert m["coverage"] >= 17 / 20, m
+    assert m["old_pooled_coverage"] < 0.5, m

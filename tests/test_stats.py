@@ -248,3 +248,43 @@ def test_csv_has_the_same_interval_columns_with_or_without_an_interval():
     header = lines[0].split(",")
     assert "detection_latency_mean_s_ci_lo" in header and "detection_latency_mean_s_ci" not in header
     assert all(len(line.split(",")) == len(header) for line in lines[1:])
+
+
+def test_per_job_rates_divide_by_the_jobs_that_arrived_before_the_horizon():
+    """Issue 28: a horizon that ends runs before every job arrived must not dilute the per-job rates. Jobs
+    that never arrived were never at risk; the row says how many arrived."""
+    from emqsim import Freeze, LeasePolicy, Scenario
+    from emqsim.distributions import Fixed
+
+    # 40 jobs, one every ~2 s, so a 30 s horizon cuts the arrivals about halfway; each job's worker freezes
+    # for longer than the lease 1 s into it, so every job that ran that far is falsely reclaimed once
+    faults = tuple(Freeze(job=i, after=1.0, duration=3.0) for i in range(40))
+    scenario = Scenario(
+        workers=8, jobs=40, arrival_rate=0.5, duration=Fixed(5.0), faults=faults, horizon=30.0
+    )
+    policy = LeasePolicy(2.0, 0.5, 0.5, swept_by="reaper", max_stalled=0)
+    records = [simulate(scenario, policy, seed=3, replication=r) for r in range(4)]
+    summaries = [summarize(run) for run in records]
+    assert [s.jobs_arrived for s in summaries] == [len(run.arrivals) for run in records]
+    assert all(s.jobs == 40 and 0 < s.jobs_arrived < 40 for s in summaries)
+    # streaming runs keep no arrival records but count the same arrivals
+    assert [simulate_summary(scenario, policy, seed=3, replication=r).jobs_arrived for r in range(4)] == [
+        s.jobs_arrived for s in summaries
+    ]
+    row = aggregate(summaries)
+    arrived = sum(s.jobs_arrived for s in summaries)
+    assert row["jobs_total"] == 160 and row["jobs_arrived_total"] == arrived
+    assert row["false_reclaims_per_job"] == pytest.approx(row["false_reclaims_total"] / arrived)
+    # every job that ran past its freeze was falsely reclaimed (all but those that arrived in the last few
+    # seconds): the rate is near 1, where dividing by the scenario's 160 jobs gave about a half
+    assert row["false_reclaims_per_job"] > 0.75 and row["false_reclaims_total"] / 160 < 0.55
+    assert (
+        row["false_reclaims_per_job_ci"][0]
+        <= row["false_reclaims_per_job"]
+        <= row["false_reclaims_per_job_ci"][1]
+    )
+
+
+def test_a_run_with_every_job_arrived_has_jobs_arrived_equal_to_jobs():
+    s = simulate_summary(standard("fast-dead"), LeasePolicy(30, 10), seed=0)
+    assert s.jobs_arrived == s.jobs

@@ -188,3 +188,15 @@ if __name__ == "__main__":  # python tests/test_timeline_html.py OUT.html: write
     write_timeline_html(
         with_new_fault_kinds(simulate(standard("production"), TimeoutPolicy(60, 5), 0)), sys.argv[1]
     )
+
+
+def test_browser_legend_lists_only_what_the_run_draws_and_counts_agree(page_in_browser):
+    """Issue 28: the legend listed "held by a dead worker" though nothing was held, and the summary said
+    "1 jobs". The fast-dead run has one job, a reclaimed attempt and a completed one."""
+    page, problems, _, _ = page_in_browser
+    legend = page.locator("#legend").inner_text()
+    assert "attempt reclaimed" in legend and "attempt, completed" in legend
+    assert "held by a dead worker" not in legend and "duplicate completion" not in legend
+    summary = page.locator("#summary").inner_text()
+    assert summary.startswith("1 job, 2 attempts, 1 reclaim ")
+    assert problems == []

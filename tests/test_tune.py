@@ -211,6 +211,25 @@ def test_figure_is_deterministic(small, tmp_path):
     assert a.read_bytes() == b.read_bytes()
 
 
+def test_figure_has_a_title_labelled_limits_a_visible_star_and_no_clipped_point(small):
+    """Issue 28: no title, an unlabelled limit line, the recommendation's star hidden under the frontier's
+    circles, a point clipped at the top."""
+    fig = figure(small)
+    ax = fig.axes[0]
+    assert ax.get_title()
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any(x.startswith("limit: 0.05 false reclaims per job") for x in labels)
+    assert any(x.startswith("recommended:") for x in labels)
+    star = next(c for c in ax.collections if c.get_label().startswith("recommended:"))
+    assert star.get_zorder() > max(c.get_zorder() for c in ax.collections if c is not star)
+    top = ax.get_ylim()[1]
+    assert all(
+        not c.get_clip_on() and c.get_offsets()[:, 1].max() < top
+        for c in ax.collections
+        if len(c.get_offsets())
+    )
+
+
 # -- intervals ------------------------------------------------------------------------------------------------
 def test_zero_events_still_get_an_upper_bound():
     m = rate_interval([0, 0, 0], [100, 100, 100], 0.95, cluster=2)
@@ -289,9 +308,9 @@ def test_cli_reads_a_tune_file(capsys, tmp_path):
     cfg = tmp_path / "tune.toml"
     cfg.write_text(
         '[workload]\ndurations = "durations.csv"\nworkers = 2\njobs = 20\npause_length = "lognormal:1:1"\n'
-        "[limits]\nfalse_reclaims = 0.05\n[search]\nleases = [10, 20]\nbeat_ratios = [3]\nscans = [5]\n"
+        "[limits]\nfalse_reclaims = 0.2\n[search]\nleases = [10, 20]\nbeat_ratios = [3]\nscans = [5]\n"
         "timeouts = []\nmax_replications = 3\n"
-    )
+    )  # 0.2: 3 runs of 20 jobs bound a rate of 0 only at 0.123, so a 0.05 limit is refused before any run
     assert main(["tune", "--config", str(cfg), "--verify", "0", "--quiet", "--json"]) == 0
     data = json.loads(capsys.readouterr()[0])
     assert data["workload"]["duration"] == "empirical:10,20,40"
@@ -347,6 +366,9 @@ import emqsim.tune as tune_module
 from emqsim.tune import Limits, SearchSpace, Workload, tune
 
 tune_module.WAVE = 2  # fewer racing places than candidates that stay undecided
+# the race's own exit path: tune() now refuses this limit up front (check_certifiable, tested in
+# tests/test_tune_edges.py), so the pre-check is switched off to reach the race with it
+tune_module.check_certifiable = lambda *args, **kwargs: None
 space = SearchSpace(leases=(10.0, 15.0, 20.0, 30.0, 45.0), beat_ratios=(3.0,), scans=(5.0,), timeouts=(),
                     min_replications=2, max_replications=2)
 result = tune(Workload(jobs=20), Limits(false_reclaims=0.01), space, seed=0, verify=0)

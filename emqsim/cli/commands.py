@@ -65,6 +65,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         scenarios = [scenario]
     else:
         scenarios = [standard(name) for name in (args.scenario or DEFAULT_SCENARIOS)]
+    if args.duration is not None:  # measured or fitted job lengths in every scenario of the sweep
+        scenarios = [s.with_(duration=args.duration) for s in scenarios]
     scenarios = [with_fault_flags(s, args) for s in scenarios]
     use_config_policy = config_policy is not None and not args.preset  # a --preset replaces the table
     check_sweep_work(args, scenarios, config_policy if use_config_policy else None)
@@ -307,6 +309,12 @@ def cmd_fields(args: argparse.Namespace) -> int:
         print(wrap(f"{f.meaning} Interval: {f.interval}", 4))
     print(wrap("Deprecated keys are still written, with the same values, until 0.4; methods and coverage: "
                 "docs/statistics.md.", 0))  # fmt: skip
+    from emqsim.cli.tables import SETTINGS_KEY, column_headings
+
+    print("\nthe sweep table's columns (heading: JSON field):")
+    for heading, name in column_headings():
+        print(wrap(f"{heading}: {name}", 4))
+    print(wrap(f"settings: {SETTINGS_KEY}", 4))
     return 0
 
 
@@ -322,18 +330,22 @@ def cmd_figures(args: argparse.Namespace) -> int:
 
 
 def cmd_examples(args: argparse.Namespace) -> int:
-    """Each shipped example scenario: its name (usable as `--config NAME`), its first comment line, its path."""
+    """Each shipped example scenario: its name (usable as `--config NAME`), its leading comment (the whole
+    description, however many lines), its path; then the data files beside them (e.g. durations.csv)."""
     examples = example_files()
     for name, path in examples.items():
-        about = next(
-            (
-                line.lstrip("# ").strip()
-                for line in path.read_text(encoding="utf-8").splitlines()
-                if line.strip()
-            ),
-            "",
-        )
-        print(f"{name}\n{indented(about)}\n  {path}")
+        about = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            if not line.lstrip().startswith("#"):
+                break
+            about.append(line.lstrip("# ").strip())
+        print(f"{name}\n{indented(' '.join(about))}\n  {path}")
+    folder = next(iter(examples.values())).parent if examples else None
+    data = sorted(folder.glob("*.csv")) if folder is not None else []
+    for path in data:
+        print(f"\ndata file {path.name} (measured job durations, for --duration file:PATH):\n  {path}")
     example = "gc-pauses" if "gc-pauses" in examples else next(iter(examples))
     print(f"\nuse one with --config NAME (e.g. --config {example}); copy a file to change it")
     return 0

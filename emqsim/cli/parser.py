@@ -38,8 +38,8 @@ examples:
   python -m emqsim compare
   python -m emqsim timeline --scenario fast-dead --policy lease --out run.html
   python -m emqsim run --config measured-durations
-  python -m emqsim run --scenario production --duration file:durations.csv
-  python -m emqsim examples
+  python -m emqsim run --scenario production --duration file:my-durations.csv   # your measured seconds
+  python -m emqsim examples    # the shipped scenarios and durations.csv, with their installed paths
   python -m emqsim presets
 """
 
@@ -176,6 +176,12 @@ def build_parser() -> Parser:
         help="after an interrupt, replace --out even if it held more rows than finished",
     )
     p.add_argument("--wide", action="store_true", help="all table columns (the default fits 100 columns)")
+    p.add_argument(
+        "--duration",
+        type=distribution,
+        help="job work in every scenario: 900, exp:60, lognormal:20:1.5 or file:durations.csv (measured "
+        "seconds, one per line, or a BullMQ export; see docs/durations.md)",
+    )
     add_fault_flags(p)
     add_run_flags(p)
     add_work_flags(p)
@@ -195,7 +201,7 @@ def build_parser() -> Parser:
         "--duration",
         type=distribution,
         help="job work: 900, exp:60, lognormal:20:1.5, empirical:1,2,5 or file:durations.csv "
-        "(measured seconds, one per line; see docs/durations.md)",
+        "(measured seconds, one per line, or a BullMQ export; see docs/durations.md)",
     )
     knobs.add_argument(
         "--die-after", type=span, metavar="A[:B]", help="job 0's worker dies A (or U[A,B]) s in"

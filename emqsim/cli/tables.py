@@ -12,6 +12,7 @@ TABLE_WIDTH = 100  # default tables fit a 100-column terminal; --wide adds the r
 
 
 FIELDS_HINT = "columns explained: python -m emqsim fields"
+SETTINGS_KEY = "L lease, B beat, S scan (sweep interval), T timeout, in s; undet.: crashes never detected"
 
 
 def decimals(x: float, significant: int) -> int:
@@ -181,8 +182,14 @@ def format_table(rows: Sequence[dict[str, Any]], columns=TABLE_COLUMNS, wide: bo
         if n == 1:
             lines.append("  ".join("-" * w for w in widths))
     extra = "" if wide else "; --wide for more columns"
+    lines.append(SETTINGS_KEY)
     lines.append(f"{FIELDS_HINT}{extra}")
     return "\n".join(lines)
+
+
+def column_headings() -> list[tuple[str, str]]:
+    """(the sweep table's heading, its JSON field) for every column, default and --wide (for `fields`)."""
+    return [(" ".join(x for x in (c.title, c.scope) if x), c.field) for c in TABLE_COLUMNS]
 
 
 def wrap(text: str, indent: int, width: int = TABLE_WIDTH) -> str:
