@@ -182,7 +182,10 @@ class Ledger:
         simulator reports a crash as it happens; the live mode afterwards, for the attempts the dead process
         had taken, which is why the job's fate is judged by the times recorded up to `now`."""
         at = now / self.ticks_per_s
-        if attempt.started_at is not None and attempt.finished_at is None:
+        # A sandboxed child that exited before (`stopped`) ended the attempt's execution then: the crash of its
+        # worker later (say, while the job's fail was in flight) neither restarts nor extends that work.
+        still_running = attempt.stopped_at is None
+        if attempt.started_at is not None and attempt.finished_at is None and still_running:
             attempt.stopped_at = at  # its execution ends here, whether or not the job is still its own
         # A dead worker holds this job hostage only if the job is still its own (not finished at Redis,
         # reclaimed or failed by then).
@@ -191,7 +194,7 @@ class Ledger:
             for t in (attempt.finish_applied_at, attempt.reclaimed_at, attempt.failed_at)
         ):
             attempt.died_at = at
-        if ran is not None:
+        if ran is not None and still_running:
             attempt.work_done = min(attempt.work, max(0, ran) / self.ticks_per_s)
 
     def ran(self, attempt: AttemptDraft, ran: float) -> None:

@@ -103,3 +103,33 @@ def test_jobs_still_open_at_the_horizon_are_handed_over_with_the_end():
     assert full.ended_by == "horizon" and ends == [full.end]
     summary = simulate_summary(scenario, TimeoutPolicy(3600, 5), 0)
     assert summary.undetected == 1 and dataclasses.asdict(summary) == dataclasses.asdict(summarize(full))
+
+
+def test_a_crash_after_a_sandboxed_childs_exit_does_not_extend_the_attempts_work():
+    """The child exits at once and the job's fail is sent; the loop then blocks, and the worker crashes before
+    it reads the fail's reply. The attempt's work ended with the child (0 s), so its record is final once the
+    fail is applied: the crash does not rewrite it (it used to set 1 s of work and stop at the crash, after the
+    streaming summary had taken the job as final). Found by Hypothesis with more examples than the suite runs."""
+    from emqsim.distributions import Uniform
+    from emqsim.faults import Block, ChildCrash, Crash
+    from emqsim.scenario import Scenario
+
+    scenario = Scenario(
+        name="custom",
+        workers=1,
+        concurrency=1,
+        jobs=2,
+        duration=Uniform(1, 20.0),
+        faults=(
+            Crash(job=0, after=1.0),
+            Crash(job=1, after=0.0),
+            ChildCrash(job=0, after=0.0),
+            Block(duration=1.0, job=0, after=0.0),
+        ),
+    )
+    policy = TimeoutPolicy(10.0, 1.0)
+    run = simulate(scenario, policy, 0)
+    first = next(a for a in run.attempts if a.job == "0")
+    assert first.outcome == "failed" and first.died_at is None
+    assert first.work_done == 0.0 and first.stopped_at == first.started_at
+    assert summary_dict(simulate_summary(scenario, policy, 0)) == summary_dict(summarize(run))
