@@ -20,7 +20,7 @@ from emqsim.scenario import STANDARD, Scenario, standard
 from emqsim.stats import RunSummary, summarize
 from emqsim.summaries import simulate_summary
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 __all__ = [
     "RESULTS_SCHEMA",
