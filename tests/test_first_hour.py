@@ -145,3 +145,67 @@ def test_assignments_check_outside_a_checkout_says_where_the_notebooks_are(monke
     assert "checkout" in message and "--source DIR" in message and "nope" not in message
     with pytest.raises(ConfigError, match="no assignment folder"):
         assignments.sources(tmp_path / "missing")
+
+
+# -- --help: wrapped at 100 columns, and `live --help` without redis-py ---------------------------------------------
+def _parsers(parser, prefix=()):
+    """(argv, parser) for the program and every subcommand, nested ones (`assignments check`) too."""
+    import argparse
+
+    yield prefix, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, (*prefix, name))
+
+
+def test_every_help_fits_100_columns(monkeypatch, capsys):
+    """Issue 28: `--help` texts were not wrapped (descriptions and examples up to 180 columns). On a terminal
+    200 columns wide every command's --help still wraps at 100."""
+    from emqsim.cli.parser import build_parser
+
+    monkeypatch.setenv("COLUMNS", "200")
+    commands = [argv for argv, _ in _parsers(build_parser())]
+    assert len(commands) >= 16 and ("tune",) in commands and ("live",) in commands
+    for argv in commands:
+        with pytest.raises(SystemExit) as stop:
+            main([*argv, "--help"])
+        assert stop.value.code == 0, argv
+        out = capsys.readouterr().out
+        assert out.startswith("usage:"), argv
+        widest = max(out.splitlines(), key=len)
+        assert len(widest) <= 100, (argv, widest)
+
+
+NO_REDIS = """
+import sys
+
+class NoRedis:
+    # As if redis-py were not installed: finding or importing it fails.
+    def find_spec(self, name, path=None, target=None):
+        if name == "redis" or name.startswith("redis."):
+            raise ImportError(f"No module named {name!r}")
+        return None
+
+sys.meta_path.insert(0, NoRedis())
+from emqsim.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_live_help_reads_without_the_live_extra():
+    """Issue 28: `live --help` could not be read without redis-py. It prints the live flags and names the
+    extra; running `live` still says, in one line, what to install."""
+    import subprocess
+    import sys
+
+    def emqsim(*argv):
+        return subprocess.run([sys.executable, "-c", NO_REDIS, *argv], capture_output=True, text=True)
+
+    help_ = emqsim("live", "--help")
+    assert help_.returncode == 0, help_.stderr
+    assert "--time-scale" in help_.stdout and "--lease" in help_.stdout
+    assert "pip install 'emqsim[live]'" in help_.stdout and "Traceback" not in help_.stderr
+    run = emqsim("live", "--scenario", "fast-dead")
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and "pip install 'emqsim[live]'" in run.stderr

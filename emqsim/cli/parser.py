@@ -26,6 +26,7 @@ from emqsim.cli.argtypes import (
 )
 from emqsim.cli.work import MAX_COMMANDS
 
+HELP_WIDTH = 100  # every --help wraps here at most, like the tables' default width
 RUN_REPLICATIONS = 10  # `run`'s default: enough runs for t intervals with 9 degrees of freedom, in seconds
 
 
@@ -38,7 +39,7 @@ examples:
   python -m emqsim compare
   python -m emqsim timeline --scenario fast-dead --policy lease --out run.html
   python -m emqsim run --config measured-durations
-  python -m emqsim run --scenario production --duration file:my-durations.csv   # your measured seconds
+  python -m emqsim run --scenario production --duration file:my-durations.csv  # measured
   python -m emqsim examples    # the shipped scenarios and durations.csv, with their installed paths
   python -m emqsim presets
 """
@@ -51,12 +52,41 @@ class Parser(argparse.ArgumentParser):
         message = " ".join(message.split())
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        """argparse's formatter, wrapping at the terminal's width as argparse does but never past
+        HELP_WIDTH columns (a wide terminal still gets readable lines)."""
+        import shutil
+
+        width = min(shutil.get_terminal_size().columns - 2, HELP_WIDTH)
+        cls = self.formatter_class
+        if cls is argparse.RawDescriptionHelpFormatter:
+            cls = ExamplesFormatter
+        return cls(prog=self.prog, width=width)  # type: ignore[call-arg]
+
+
+class ExamplesFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps a description's or epilog's lines as written (example command lines, indented), but wraps a
+    line of prose longer than the width."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        lines = []
+        for line in text.splitlines(keepends=False):
+            if len(indent + line) > width and not line.startswith(" "):
+                lines.append(textwrap.fill(line, width, initial_indent=indent, subsequent_indent=indent))
+            else:
+                lines.append(indent + line)
+        return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
+
 
 class MissingExtra(Parser):
-    """The parser of a subcommand whose extra is not installed: any use, `--help` included, is one line
-    naming the extra to install, and exit status 2."""
+    """The parser of a subcommand whose extra is not installed: `--help` prints its help, any other use is
+    one line naming the extra to install, and exit status 2."""
 
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> NoReturn:  # type: ignore[override]
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        if args is not None and any(a in ("-h", "--help") for a in args):
+            return super().parse_known_args(args, namespace)
         command = self.prog.split()[-1]
         message = missing_extra(command) or f"needs the {command!r} extra"
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -327,13 +357,13 @@ def build_parser() -> Parser:
     p = sub.add_parser("tune", help="recommend lease, beat and sweep settings from your own measurements")
     add_tune_arguments(p)
 
-    live_help = "run the lease protocol on a real Redis with real processes"
-    if missing_extra("live"):  # the subcommand stays; running it (even --help) names the extra to install
-        p = sub.add_parser("live", help=f"{live_help} (pip install 'emqsim[live]')", add_help=False)
-        p.__class__ = MissingExtra  # same state as a Parser; parsing anything names the extra
-    else:
-        from emqsim.live import add_live_arguments
+    from emqsim.live.arguments import add_live_arguments  # no redis-py: the help reads without the extra
 
-        p = sub.add_parser("live", help=live_help)
-        add_live_arguments(p)
+    live_help = "run the lease protocol on a real Redis with real processes"
+    needs = missing_extra("live")
+    p = sub.add_parser("live", help=f"{live_help} (pip install 'emqsim[live]')" if needs else live_help)
+    add_live_arguments(p)
+    if needs:  # the subcommand and its --help stay; running it names the extra to install
+        p.description = f"{p.description} Needs the 'live' extra: pip install 'emqsim[live]'."
+        p.__class__ = MissingExtra  # same state as a Parser; parsing anything but --help names the extra
     return parser

@@ -8,12 +8,53 @@
 `emqsim.stats.summarize` and every table and plot work on both. See docs/live.md.
 """
 
-from emqsim.live.cli import add_live_arguments, format_run, main_live
-from emqsim.live.clockwatch import ClockWatch, Disturbed, NotJudged, Steadiness, until_steady
-from emqsim.live.runner import DEFAULT_TIME_SCALE, LiveRun, LiveSettings, LiveWarning, run_live
-from emqsim.live.scripts import SCRIPT_NAMES, LuaQueue
-from emqsim.live.server import PrivateRedis, redis_server_path
-from emqsim.live.settings import LiveDisturbed
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from emqsim.live.arguments import add_live_arguments
+    from emqsim.live.cli import format_run, main_live
+    from emqsim.live.clockwatch import ClockWatch, Disturbed, NotJudged, Steadiness, until_steady
+    from emqsim.live.runner import LiveRun, LiveSettings, LiveWarning, run_live
+    from emqsim.live.scripts import SCRIPT_NAMES, LuaQueue
+    from emqsim.live.server import PrivateRedis, redis_server_path
+    from emqsim.live.settings import DEFAULT_TIME_SCALE, LiveDisturbed
+
+# Each name imports its module on first use (PEP 562), so `emqsim.live.arguments` (the `live --help` text)
+# imports without redis-py: `emqsim live --help` reads without the extra installed.
+_HOMES = {
+    "add_live_arguments": "arguments",
+    "format_run": "cli",
+    "main_live": "cli",
+    "ClockWatch": "clockwatch",
+    "Disturbed": "clockwatch",
+    "NotJudged": "clockwatch",
+    "Steadiness": "clockwatch",
+    "until_steady": "clockwatch",
+    "LiveRun": "runner",
+    "LiveSettings": "runner",
+    "LiveWarning": "runner",
+    "run_live": "runner",
+    "SCRIPT_NAMES": "scripts",
+    "LuaQueue": "scripts",
+    "PrivateRedis": "server",
+    "redis_server_path": "server",
+    "DEFAULT_TIME_SCALE": "settings",
+    "LiveDisturbed": "settings",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The public name `name`, imported from its module on first use."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'emqsim.live' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"emqsim.live.{home}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEFAULT_TIME_SCALE",
