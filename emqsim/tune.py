@@ -1323,25 +1323,42 @@ def scenario_toml(r: TuneResult, c: Candidate | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _row(c: Candidate, limits: Limits) -> list[str]:
+def _row(c: Candidate, limits: Limits, wide: bool = True) -> list[str]:
+    """One table row: every metric as `estimate [lower, upper]` (`wide`), or as `estimate <= upper` (the
+    default report: every limit is checked against an interval's upper end, and this fits 100 columns)."""
     m = c.metrics
+    cell = _fmt if wide else _fmt_upper
     return [
-        c.label(),
+        c.label() if wide else c.label().replace(" s,", ",").removesuffix(" s"),
         str(c.replications),
-        _fmt(m.get("false_reclaims")),
-        _fmt(m.get(f"detection_{limits.detection_stat}")),
-        _fmt(m.get("requests_per_s")),
+        cell(m.get("false_reclaims")),
+        cell(m.get(f"detection_{limits.detection_stat}")),
+        cell(m.get("requests_per_s")),
         c.status,
     ]
 
 
+def _fmt_upper(m: Metric | None, digits: int = 3) -> str:
+    """An estimate and its interval's upper end, `0.01 <= 0.0787` (the narrow table's cell, under a heading
+    naming the interval's level)."""
+    if m is None or m.value is None:
+        return "-"
+    if m.hi is None:
+        return f"{m.value:.{digits}g} [no interval]"
+    return f"{m.value:.{digits}g} <= {m.hi:.{digits}g}"
+
+
 def _table(rows: list[list[str]], header: list[str]) -> str:
-    cells = [header] + rows
+    """A plain text table; a heading may hold a newline: its parts stand on two heading lines."""
+    parts = [h.split("\n") for h in header]
+    depth = max(len(p) for p in parts)
+    heads = [[(p[i] if i < len(p) else "") for p in parts] for i in range(depth)]
+    cells = heads + rows
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     out = []
     for n, r in enumerate(cells):
         out.append("  ".join(x.ljust(wd) for x, wd in zip(r, widths, strict=True)).rstrip())
-        if n == 0:
+        if n == depth - 1:
             out.append("  ".join("-" * wd for wd in widths))
     return "\n".join(out)
 
@@ -1363,19 +1380,34 @@ def _prose(text: str, width: int = 100) -> str:
     return textwrap.fill(text, width, subsequent_indent=indent, break_on_hyphens=False)
 
 
-def report(r: TuneResult) -> str:
-    """The human-readable answer."""
+def report(r: TuneResult, wide: bool = True) -> str:
+    """The human-readable answer: with `wide` every interval in full, else each estimate with its upper end
+    (what the limits are checked against) under two-line headings, so the tables fit 100 columns."""
     limits = r.limits
     per = limits.false_reclaims_per
     lvl = f"{limits.level:.1%}".replace(".0%", "%")
-    header = [
-        "settings",
-        "reps",
-        f"false reclaims/{per} [{lvl}]",
-        f"detect {limits.detection_stat} s [{lvl}]",
-        f"Redis req/s [{lvl}]",
-        "status",
-    ]
+    if wide:
+        header = [
+            "settings",
+            "reps",
+            f"false reclaims/{per} [{lvl}]",
+            f"detect {limits.detection_stat} s [{lvl}]",
+            f"Redis req/s [{lvl}]",
+            "status",
+        ]
+    else:
+        header = [
+            "settings (s)",
+            "reps",
+            f"false reclaims/{per}\n({lvl} upper)",
+            f"detect {limits.detection_stat} s\n({lvl} upper)",
+            f"Redis req/s\n({lvl} upper)",
+            "status",
+        ]
+
+    def row(c: Candidate) -> list[str]:
+        return _row(c, limits, wide)
+
     lines = [
         _prose(
             f"limits: false reclaims <= {limits.false_reclaims if limits.false_reclaims is not None else 'any'} per {per}; "
@@ -1409,7 +1441,7 @@ def report(r: TuneResult) -> str:
         lines += [
             f"recommended: {best.label()}",
             _prose(f"  ({state})"),
-            _table([_row(best, limits)], header),
+            _table([row(best)], header),
         ]
         if r.verifications:
             assert r.verify_level is not None
@@ -1420,8 +1452,8 @@ def report(r: TuneResult) -> str:
                     f"at {vlvl}: Bonferroni over the limits and every look that could happen):"
                 ),
                 _table(
-                    [_row(v, limits) for v in r.verifications],
-                    [h.replace(f"[{lvl}]", f"[{vlvl}]") for h in header],
+                    [row(v) for v in r.verifications],
+                    [h.replace(f"[{lvl}]", f"[{vlvl}]").replace(f"({lvl} ", f"({vlvl} ") for h in header],
                 ),
             ]
             lines += [
@@ -1437,12 +1469,12 @@ def report(r: TuneResult) -> str:
     t = r.timeout.best
     lines += ["", "best fixed timeout, for comparison:"]
     lines.append(
-        _table([_row(t, limits)], header)
+        _table([row(t)], header)
         if t is not None
         else _prose(f"  none met the limits ({r.timeout.why_runner_up_lost})")
     )
     lines += ["", "Pareto frontier (false reclaims, detection, Redis requests; simulated lease settings):"]
-    lines.append(_table([_row(c, limits) for c in r.frontier()], header))
+    lines.append(_table([row(c) for c in r.frontier()], header))
     lines += ["", "what would change the answer:"] + [_bullet(x) for x in r.what_would_change]
     if best is not None:
         lines += ["", "emqsim scenario file (python -m emqsim run --config FILE):", scenario_toml(r).rstrip()]

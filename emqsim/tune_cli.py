@@ -213,6 +213,12 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--seed", type=whole(0), default=0, help="root seed (default 0)")
     o.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     o.add_argument("--quiet", action="store_true", help="no progress")
+    o.add_argument(
+        "--wide",
+        action="store_true",
+        help="tables with every interval in full (the default shows each estimate with its upper end and "
+        "fits 100 columns)",
+    )
     o.add_argument("--yes", action="store_true", help="run even if the work estimate is over the limit")
     o.add_argument("--plot", type=output_path(".png", ".svg"), help="write the frontier figure")
     o.add_argument("--toml", type=output_path(".toml"), help="write the tuned scenario + policy file")
@@ -334,7 +340,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(to_json_dict(result), indent=2, allow_nan=False) + "\n")
     else:
-        print(report(result))
+        print(report(result, wide=args.wide))
     if args.plot:
         savefig(figure(result), args.plot)
     if args.toml and result.recommended is not None:

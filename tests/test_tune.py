@@ -150,6 +150,18 @@ def test_report_says_when_nothing_is_confirmed(small):
     assert to_json_dict(result)["confirmed"] is False
 
 
+def test_report_fits_100_columns_unless_wide(small):
+    """Issue 28: tune's tables were up to 124 columns wide. The default shows each estimate with its upper
+    end (what the limits are checked against); wide=True (`--wide`) keeps every interval in full."""
+    narrow, wide = report(small, wide=False), report(small, wide=True)
+    assert max(len(line) for line in narrow.splitlines()) <= 100
+    best = small.recommended
+    fr = best.metrics["false_reclaims"]
+    assert f"{fr.value:.3g} <= {fr.hi:.3g}" in narrow and f"{fr.value:.3g} [{fr.lo:.3g}, {fr.hi:.3g}]" in wide
+    assert "upper)" in narrow and "upper)" not in wide
+    assert report(small) == wide  # the Python API's default is unchanged
+
+
 def test_work_is_bounded_and_counted(small, known):
     for result in (small, known):
         assert 0 < result.runs <= result.max_runs
