@@ -285,6 +285,25 @@ _SCRIPT = r"""
     return node;
   }
   const rowY = (m) => laneOf[m.worker].y + 4 + m.row * ROW;
+  const faultLabels = [];  // names of fault kinds the page has no symbol for, placed by declutter()
+  const textWidths = new Map();
+  function textWidth(t) {  // a label's rendered width in px (measured once: labels never change text)
+    if (!textWidths.has(t)) { t.style.display = ""; textWidths.set(t, t.getComputedTextLength()); }
+    return textWidths.get(t);
+  }
+  function declutter(x) {
+    // a fault's name stands right of its mark; one that would run into the previous name in its lane, or
+    // out of the plot, is not drawn (the mark and its hover stay)
+    const lastEnd = {};
+    const order = faultLabels.slice().sort((p, q) => p.time - q.time);
+    for (const f of order) {
+      const at = x(f.time) + 7, w = textWidth(f.node);
+      f.node.setAttribute("x", at);
+      const clear = at >= LEFT && at + w <= width() - RIGHT && at >= (lastEnd[f.worker] ?? -Infinity) + 4;
+      f.node.style.display = clear ? "" : "none";
+      if (clear) lastEnd[f.worker] = at + w;
+    }
+  }
 
   for (const sp of D.spans) {
     const lane = laneOf[sp.worker];
@@ -295,14 +314,16 @@ _SCRIPT = r"""
     const r = el("rect", { y: rowY(a), height: ROW - 9, rx: 2, fill: C[a.record.outcome] || C.generic });
     const label = `job ${a.record.job} attempt ${a.record.attempt}`;
     body.appendChild(mark(r, "attempt", a.record, (x) => span(r, x(a.start), x(a.end))));
-    const t = el("text", { y: rowY(a) + 10, "pointer-events": "none", fill: "#fff" });
+    const t = el("text", { y: rowY(a) + 10, "pointer-events": "none", fill: "#fff", class: "attempt-label" });
     t.textContent = label;
     t.style.fill = "#fff";
     body.appendChild(t);
     placed.push({ node: t, place: (x) => {
-      const w = x(a.end) - x(a.start);
-      t.setAttribute("x", Math.max(x(a.start), LEFT) + 3);
-      t.style.display = w > label.length * 6.2 + 8 ? "" : "none";
+      // drawn only where it fits inside the bar's visible part (its measured width, not a guess)
+      const lo = Math.max(x(a.start), LEFT), hi = Math.min(x(a.end), width() - RIGHT);
+      t.setAttribute("x", lo + 3);
+      t.style.display = "";
+      if (hi - lo < textWidth(t) + 6) t.style.display = "none";
     } });
   }
   for (const l of D.locks) {
@@ -340,7 +361,7 @@ _SCRIPT = r"""
       const t = el("text", { y: yy - 8, "pointer-events": "none" });
       t.textContent = f.kind;
       front.appendChild(t);
-      placed.push({ node: t, place: (x) => t.setAttribute("x", x(f.time) + 7) });
+      faultLabels.push({ node: t, worker: f.worker, time: f.time });
     }
   }
   for (const rc of D.reclaims) {
@@ -357,8 +378,8 @@ _SCRIPT = r"""
   function width() { return Math.max(chart.clientWidth, 320); }
   function scale() { const w = width(); return (t) => LEFT + (t - t0) / (t1 - t0) * (w - LEFT - RIGHT); }
   function span(node, a, b) { node.setAttribute("x", a); node.setAttribute("width", Math.max(b - a, 1.5)); }
-  function niceStep(range) {
-    const raw = range / 8, p = Math.pow(10, Math.floor(Math.log10(raw)));
+  function niceStep(range, ticks) {
+    const raw = range / ticks, p = Math.pow(10, Math.floor(Math.log10(raw)));
     for (const m of [1, 2, 5, 10]) if (m * p >= raw) return m * p;
     return 10 * p;
   }
@@ -369,7 +390,7 @@ _SCRIPT = r"""
     clipRect.setAttribute("width", w - LEFT - RIGHT + 1);
     while (grid.firstChild) grid.removeChild(grid.firstChild);
     while (axis.firstChild) axis.removeChild(axis.firstChild);
-    const step = niceStep(t1 - t0);
+    const step = niceStep(t1 - t0, Math.max(2, Math.min(8, Math.floor((w - LEFT - RIGHT) / 80))));
     for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) {
       const xx = x(t);
       grid.appendChild(el("line", { class: "grid", x1: xx, x2: xx, y1: TOP - 6, y2: height }));
@@ -378,6 +399,7 @@ _SCRIPT = r"""
       axis.appendChild(label);
     }
     for (const p of placed) p.place(x);
+    declutter(x);
   }
   function zoom(factor, at) {
     const x = scale(), w = width();

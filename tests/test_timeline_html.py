@@ -200,3 +200,55 @@ def test_browser_legend_lists_only_what_the_run_draws_and_counts_agree(page_in_b
     summary = page.locator("#summary").inner_text()
     assert summary.startswith("1 job, 2 attempts, 1 reclaim ")
     assert problems == []
+
+
+LABEL_BOXES = """() => {
+  const boxes = [];
+  for (const t of document.querySelectorAll("#chart svg text")) {
+    const r = t.getBoundingClientRect();
+    if (getComputedStyle(t).display === "none" || r.width === 0) continue;
+    boxes.push({ text: t.textContent, x0: r.left, x1: r.right, y0: r.top, y1: r.bottom });
+  }
+  return boxes;
+}"""
+
+
+def _overlaps(boxes: list[dict]) -> list[tuple[str, str]]:
+    """Pairs of drawn labels whose boxes intersect (by more than half a pixel either way)."""
+    out = []
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            if min(a["x1"], b["x1"]) - max(a["x0"], b["x0"]) > 0.5 and min(a["y1"], b["y1"]) - max(
+                a["y0"], b["y0"]
+            ) > 0.5:
+                out.append((a["text"], b["text"]))
+    return out
+
+
+@pytest.mark.slow
+def test_browser_labels_do_not_overlap(page_in_browser):
+    """Issue 28: the HTML timeline's labels overlapped. Every drawn label's box (lanes, axis, attempts,
+    unknown faults) is clear of every other, at full view, zoomed in and on a narrow window; an attempt's
+    label stays inside its bar."""
+    page, problems, _, _ = page_in_browser
+    try:
+        for width, zooms in ((1280, 0), (1280, 2), (1280, 5), (700, 0), (420, 0)):
+            page.set_viewport_size({"width": width, "height": 720})
+            page.click("#reset")
+            for _ in range(zooms):
+                page.click("#zoom-in")
+            boxes = page.evaluate(LABEL_BOXES)
+            assert any(b["text"].startswith("worker ") for b in boxes)
+            assert _overlaps(boxes) == [], (width, zooms)
+            inside = page.evaluate(
+                """() => [...document.querySelectorAll("#chart svg text.attempt-label")]
+                .filter(t => getComputedStyle(t).display !== "none")
+                .map(t => { const r = t.getBoundingClientRect(), b = t.previousSibling.getBoundingClientRect();
+                            return r.left >= b.left - 0.5 && r.right <= b.right + 0.5; })"""
+            )
+            assert all(inside), (width, zooms)
+            assert inside or width < 1280, "no attempt label drawn on a wide window"
+    finally:
+        page.set_viewport_size({"width": 1280, "height": 720})
+        page.click("#reset")
+    assert problems == []
