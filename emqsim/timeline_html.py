@@ -19,6 +19,7 @@ import json
 import os
 from typing import Any
 
+from emqsim.palette import FINISH_COLOURS
 from emqsim.records import Run, with_expiries
 from emqsim.stats import write_atomically
 
@@ -157,7 +158,7 @@ def timeline_html(run: Run) -> str:
         _PAGE.replace("__TITLE__", title)
         .replace("__STYLE__", _STYLE)
         .replace("__DATA__", data)
-        .replace("__SCRIPT__", _SCRIPT)
+        .replace("__SCRIPT__", _SCRIPT.replace("__FINISH_COLOURS__", json.dumps(FINISH_COLOURS)))
     )
 
 
@@ -223,7 +224,7 @@ _SCRIPT = r"""
   const D = JSON.parse(document.getElementById("data").textContent);
   const NS = "http://www.w3.org/2000/svg";
   const C = {
-    completed: "#0072B2", duplicate_completion: "#CC79A7", finish_rejected: "#E69F00", reclaimed: "#D55E00",
+    completed: "#0072B2", ...__FINISH_COLOURS__, reclaimed: "#D55E00",
     failed: "#000000", running: "#56B4E9", held: "#999999", lock: "#56B4E9", renewed: "#000000",
     renew_failed: "#D55E00", renew_lost: "#E69F00", dead: "rgba(0,0,0,0.14)", frozen: "rgba(240,228,66,0.55)",
     rightReclaim: "#009E73", falseReclaim: "#D55E00", sweep: "#555555", sweepHit: "#009E73",

@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "emqsim.fileio",
             "emqsim.pools",
             "emqsim.distributions",
+            "emqsim.palette",  # the timelines' shared colours (standard library only)
             "emqsim.live.lua",
             "emqsim.live.clockwatch",  # standard library only: it also runs as a script, in a process of its own
         ],

@@ -252,3 +252,22 @@ def test_browser_labels_do_not_overlap(page_in_browser):
         page.set_viewport_size({"width": 1280, "height": 720})
         page.click("#reset")
     assert problems == []
+
+
+def test_html_and_png_draw_a_finish_in_the_same_colour():
+    """Issue 28: the HTML page and the PNG used opposite colours for a duplicate completion and a rejected
+    (stale) finish. Both now read one table, emqsim.palette.FINISH_COLOURS."""
+    from matplotlib.colors import to_hex
+
+    from emqsim.palette import FINISH_COLOURS
+    from emqsim.plots.marks import LEGEND
+
+    png = {
+        "duplicate_completion": to_hex(LEGEND["finish_dup"]().get_color()),
+        "finish_rejected": to_hex(LEGEND["finish_rejected"]().get_color()),
+    }
+    assert png == {k: to_hex(v) for k, v in FINISH_COLOURS.items()}
+    assert png["duplicate_completion"] != png["finish_rejected"]
+    page = timeline_html(fast_dead_run())
+    assert f"...{json.dumps(FINISH_COLOURS)}," in page  # the page's outcome colours take the table whole
+    assert "duplicate_completion:" not in page and "finish_rejected:" not in page  # and define neither again

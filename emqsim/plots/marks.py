@@ -8,6 +8,7 @@ from typing import Any
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from emqsim.palette import FINISH_COLOURS
 from emqsim.plots.style import GREY, OKABE_ITO
 
 __all__ = ["LEGEND", "legend_handles", "marker_style"]
@@ -98,7 +99,7 @@ LEGEND: dict[str, Callable[[], Any]] = {
     "finish_dup": lambda: Line2D(
         [],
         [],
-        color=_C["vermillion"],
+        color=FINISH_COLOURS["duplicate_completion"],
         marker="D",
         markeredgecolor="black",
         linestyle="none",
@@ -108,7 +109,7 @@ LEGEND: dict[str, Callable[[], Any]] = {
     "finish_rejected": lambda: Line2D(
         [],
         [],
-        color=_C["purple"],
+        color=FINISH_COLOURS["finish_rejected"],
         marker="s",
         markeredgecolor="black",
         linestyle="none",

@@ -7,18 +7,10 @@ from typing import Any
 
 from matplotlib.rcsetup import cycler
 
+from emqsim.palette import OKABE_ITO
+
 __all__ = ["GREY", "OKABE_ITO", "RC", "SERIES"]
 
-OKABE_ITO = {
-    "black": "#000000",
-    "orange": "#E69F00",
-    "sky": "#56B4E9",
-    "green": "#009E73",
-    "yellow": "#F0E442",
-    "blue": "#0072B2",
-    "vermillion": "#D55E00",
-    "purple": "#CC79A7",
-}
 SERIES = tuple(OKABE_ITO[k] for k in ("blue", "orange", "green", "vermillion", "purple", "sky", "black"))
 GREY = "#8C8C8C"
 
