@@ -92,19 +92,38 @@ class CheckRow:
 
 
 def check(
-    source: Path | None = None, *, timeout: float = 600, student: str = "instructor-check"
+    source: Path | None = None,
+    *,
+    timeout: float = 600,
+    student: str = "instructor-check",
+    progress: bool = False,
 ) -> list[CheckRow]:
-    """Grade every source notebook (it must pass every check) and its student version (it must score 0)."""
+    """Grade every source notebook (it must pass every check) and its student version (it must score 0).
+    `progress`: a bar on stderr over the gradings when stderr is a terminal (the check takes minutes)."""
+    import sys
     import tempfile
+
+    from tqdm.auto import tqdm
 
     from emqsim.grading import generate_student_version, grade
 
     _require_notebook_tools()
     rows = []
-    for src in sources(source):
+    notebooks = sources(source)
+    bar = tqdm(
+        total=2 * len(notebooks),
+        disable=not (progress and sys.stderr.isatty()),
+        unit="notebook",
+        file=sys.stderr,
+        desc="grading",
+        leave=False,
+    )
+    for src in notebooks:
         problems = []
         started = time.monotonic()
+        bar.set_postfix_str(src.name)
         solved = grade(src, timeout=timeout, student=student)
+        bar.update()
         seconds = time.monotonic() - started
         if not solved.passed:
             failing = [c.grade_id for c in solved.autograded if c.status != "pass"]
@@ -114,9 +133,11 @@ def check(
             student_version = Path(tmp) / src.name
             generate_student_version(src, student_version)
             released = grade(student_version, timeout=timeout, student=student)
+        bar.update()
         if released.score[0] != 0:
             problems.append(f"the student version scores {released.score[0]:g} before any answer")
         rows.append(CheckRow(src.name, solved.score, released.score, seconds, tuple(problems)))
+    bar.close()
     return rows
 
 
@@ -209,6 +230,7 @@ def add_assignments_parser(sub: Any) -> None:
     c = actions.add_parser("check", help="solutions pass, releases score 0; prints each solution's run time")
     c.add_argument("--source", type=Path, help="the source notebooks (default: notebooks/assignments/)")
     c.add_argument("--timeout", type=float, default=600.0, help="per-cell timeout in seconds (default 600)")
+    c.add_argument("--quiet", action="store_true", help="no progress bar")
     g = actions.add_parser(
         "record",
         help="write trusted scores into nbgrader's gradebook (after nbgrader autograde)",
@@ -244,7 +266,7 @@ def main_assignments(args: argparse.Namespace) -> int:
                 f"(nbgrader autograde had {done.nbgrader:g})"
             )
         return 0
-    rows = check(args.source, timeout=args.timeout)
+    rows = check(args.source, timeout=args.timeout, progress=not args.quiet)
     width = max(len(r.name) for r in rows)
     print(f"{'assignment':<{width}}  {'solution':>9}  {'release':>9}  {'runs in':>8}  verdict")
     for r in rows:

@@ -210,3 +210,99 @@ def test_live_help_reads_without_the_live_extra():
     run = emqsim("live", "--scenario", "fast-dead")
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr.count("\n") == 1 and "pip install 'emqsim[live]'" in run.stderr
+
+
+# -- progress on stderr for the commands that take longer than ~2 s at their defaults ---------------------------
+def _stderr_on_a_terminal(*argv: str) -> tuple[int, str, bytes]:
+    """Run `python -m emqsim ARGV` with stderr on a pseudo-terminal: (status, stdout, what the terminal got)."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+    import threading
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    chunks: list[bytes] = []
+
+    def drain() -> None:
+        while True:
+            try:
+                data = os.read(leader, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "emqsim", *argv], stdout=subprocess.PIPE, stderr=follower, text=True
+    )
+    out, _ = proc.communicate(timeout=120)
+    os.close(follower)
+    reader.join(timeout=10)
+    os.close(leader)
+    return proc.returncode, out, b"".join(chunks)
+
+
+@pytest.mark.slow
+def test_compare_shows_a_bar_on_a_terminal():
+    """Issue 28: `compare` ran ~8 s at its defaults with nothing on the screen. A bar over its 4 x
+    replications runs on a terminal; --quiet hides it; the results are the same either way."""
+    code, out, shown = _stderr_on_a_terminal("compare", "--replications", "3", "--json")
+    assert code == 0 and b"simulating:" in shown and b"/12 [" in shown
+    code, quiet_out, shown = _stderr_on_a_terminal("compare", "--replications", "3", "--json", "--quiet")
+    assert code == 0 and shown == b"" and json.loads(quiet_out)["rows"] == json.loads(out)["rows"]
+
+
+class _Terminal:
+    """A text stream that says it is a terminal (what tqdm writes to when stderr is one)."""
+
+    def __init__(self) -> None:
+        import io
+
+        self.buffer = io.StringIO()
+
+    def write(self, text: str) -> int:
+        return self.buffer.write(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_assignments_check_shows_a_bar_on_a_terminal(monkeypatch, tmp_path):
+    """Issue 28: `assignments check` grades every notebook twice (minutes) with nothing on the screen. A bar
+    over the gradings on a terminal, unless progress is off (--quiet). The grader is stubbed here: the bar is
+    what is tested, not the grading (test_assignments runs the real check)."""
+    import sys
+    from types import SimpleNamespace
+
+    import emqsim.assignments as assignments
+    import emqsim.grading as grading
+
+    notebooks = [tmp_path / "a.ipynb", tmp_path / "b.ipynb"]
+    monkeypatch.setattr(assignments, "sources", lambda folder: notebooks)
+    monkeypatch.setattr(assignments, "_require_notebook_tools", lambda: None)
+    monkeypatch.setattr(grading, "generate_student_version", lambda src, dst: None)
+    monkeypatch.setattr(
+        grading,
+        "grade",
+        lambda path, **kw: SimpleNamespace(
+            passed=True, autograded=[], notes=[], score=(0.0 if "release" in str(path) else 5.0, 5.0)
+        ),
+    )
+    for progress, expect in ((True, True), (False, False)):
+        terminal = _Terminal()
+        monkeypatch.setattr(sys, "stderr", terminal)
+        rows = assignments.check(progress=progress)
+        assert [r.ok for r in rows] == [True, True]
+        shown = terminal.buffer.getvalue()
+        assert ("grading:" in shown and "/4 [" in shown) is expect, shown
