@@ -350,22 +350,42 @@ def _freeze_curve(out: Path, quick: bool, processes: int) -> list[Path]:
 
 
 def generate_all(
-    outdir: str | os.PathLike = "figures", *, quick: bool = False, processes: int | None = None
+    outdir: str | os.PathLike = "figures",
+    *,
+    quick: bool = False,
+    processes: int | None = None,
+    progress: bool = False,
 ) -> list[Path]:
     """Regenerate every figure into `outdir` (SVG, plus PNG for the README's key ones); returns the paths.
-    `processes` simulation processes (default: up to 2)."""
+    `processes` simulation processes (default: up to 2); `progress`: a bar on stderr over the figures when
+    stderr is a terminal (all of them take about a minute)."""
+    import sys
+
+    from tqdm.auto import tqdm
+
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     if processes is None:
         processes = 1 if quick else min(2, os.cpu_count() or 1)
+    n = processes
+    steps = [
+        ("timelines", lambda: _timelines(out, quick)),
+        ("two columns", lambda: _two_columns(out)),
+        ("frontier", lambda: _frontier(out, quick, n)),
+        ("latency CDF", lambda: _latency_cdf(out, quick, n)),
+        ("heatmap", lambda: _heatmap(out, quick, n)),
+        ("freeze curve", lambda: _freeze_curve(out, quick, n)),
+    ]
     paths: list[Path] = []
-    with mpl.rc_context(plots.RC):
-        paths += _timelines(out, quick)
-        paths += _two_columns(out)
-        paths += _frontier(out, quick, processes)
-        paths += _latency_cdf(out, quick, processes)
-        paths += _heatmap(out, quick, processes)
-        paths += _freeze_curve(out, quick, processes)
+    enabled = progress and sys.stderr.isatty()
+    with (
+        mpl.rc_context(plots.RC),
+        tqdm(total=len(steps), disable=not enabled, file=sys.stderr, desc="figures", leave=False) as bar,
+    ):
+        for name, step in steps:
+            bar.set_postfix_str(name)
+            paths += step()
+            bar.update()
     return paths
 
 

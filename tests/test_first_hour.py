@@ -306,3 +306,25 @@ def test_assignments_check_shows_a_bar_on_a_terminal(monkeypatch, tmp_path):
         assert [r.ok for r in rows] == [True, True]
         shown = terminal.buffer.getvalue()
         assert ("grading:" in shown and "/4 [" in shown) is expect, shown
+
+
+def test_figures_shows_a_bar_on_a_terminal(monkeypatch, tmp_path):
+    """Issue 28: `figures` runs about a minute with nothing on the screen. A bar over its six figure groups on
+    a terminal, unless progress is off (`figures --quiet`). The figures are stubbed: the bar is what is tested
+    (test_figures draws them)."""
+    import sys
+
+    import emqsim.figures as figures
+
+    for step in ("_timelines", "_two_columns"):
+        monkeypatch.setattr(figures, step, lambda out, *a: [out / "x.svg"])
+    for step in ("_frontier", "_latency_cdf", "_heatmap", "_freeze_curve"):
+        monkeypatch.setattr(figures, step, lambda out, quick, n: [out / "y.svg"])
+    for progress, expect in ((True, True), (False, False)):
+        terminal = _Terminal()
+        monkeypatch.setattr(sys, "stderr", terminal)
+        assert len(figures.generate_all(tmp_path, progress=progress)) == 6
+        shown = terminal.buffer.getvalue()
+        assert ("figures:" in shown and "/6 [" in shown) is expect, shown
+    monkeypatch.setattr(sys, "stderr", sys.__stderr__)
+    assert main(["figures", "--out", str(tmp_path), "--quiet"]) == 0

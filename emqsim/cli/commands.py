@@ -327,7 +327,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
 
     if args.out.exists() and not args.out.is_dir():
         fail("--out", f"{str(args.out)!r} is a file; give a folder")
-    paths = generate_all(args.out, quick=args.quick)
+    paths = generate_all(args.out, quick=args.quick, progress=not args.quiet)
     for path in paths:
         print(path)
     return 0

@@ -318,6 +318,7 @@ def build_parser() -> Parser:
         "--out", type=writable_folder("--out"), default=Path("figures"), help="folder (default figures/)"
     )
     p.add_argument("--quick", action="store_true", help="fewer replications (for tests)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
     p = sub.add_parser(
         "grade",
