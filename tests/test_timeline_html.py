@@ -218,9 +218,10 @@ def _overlaps(boxes: list[dict]) -> list[tuple[str, str]]:
     out = []
     for i, a in enumerate(boxes):
         for b in boxes[i + 1 :]:
-            if min(a["x1"], b["x1"]) - max(a["x0"], b["x0"]) > 0.5 and min(a["y1"], b["y1"]) - max(
-                a["y0"], b["y0"]
-            ) > 0.5:
+            if (
+                min(a["x1"], b["x1"]) - max(a["x0"], b["x0"]) > 0.5
+                and min(a["y1"], b["y1"]) - max(a["y0"], b["y0"]) > 0.5
+            ):
                 out.append((a["text"], b["text"]))
     return out
 
