@@ -328,3 +328,27 @@ def test_figures_shows_a_bar_on_a_terminal(monkeypatch, tmp_path):
         assert ("figures:" in shown and "/6 [" in shown) is expect, shown
     monkeypatch.setattr(sys, "stderr", sys.__stderr__)
     assert main(["figures", "--out", str(tmp_path), "--quiet"]) == 0
+
+
+def test_grade_shows_the_time_so_far_on_a_terminal(monkeypatch, capsys):
+    """Issue 28: `grade` runs a notebook for tens of seconds (28 s for assignment 01's solution here) with
+    nothing on the screen. While it runs, a line on a terminal's stderr shows the time so far (the kernel runs
+    in another process: there is no count); --quiet hides it. The grader is stubbed (test_grading grades)."""
+    import sys
+    import time
+    from types import SimpleNamespace
+
+    import emqsim.grading as grading
+
+    def slow_grade(path, **kw):
+        time.sleep(1.2)
+        return SimpleNamespace(text=lambda: "all checks pass", passed=True)
+
+    monkeypatch.setattr(grading, "grade", slow_grade)
+    for progress, expect in ((True, True), (False, False)):
+        terminal = _Terminal()
+        monkeypatch.setattr(sys, "stderr", terminal)
+        assert grading.grade_notebook("a.ipynb", progress=progress) == 0
+        shown = terminal.buffer.getvalue()
+        assert ("grading a.ipynb: 00:01" in shown) is expect, shown
+        assert capsys.readouterr().out == "all checks pass\n"

@@ -367,6 +367,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
         time_limit=args.time_limit,
         student=args.student,
         against=args.against,
+        progress=not args.quiet,
     )
 
 

@@ -349,6 +349,7 @@ def build_parser() -> Parser:
         metavar="SOURCE",
         help="the instructor's source notebook: its locked and test cells (hidden tests too) replace the file's",
     )
+    p.add_argument("--quiet", action="store_true", help="no progress line")
     from emqsim.assignments import add_assignments_parser
 
     add_assignments_parser(sub)

@@ -1500,6 +1500,34 @@ def _environment(env: dict[str, str]) -> Any:
         os.environ.update(saved)
 
 
+@contextlib.contextmanager
+def _elapsed(desc: str, enabled: bool) -> Any:
+    """A tqdm line on stderr showing the time so far, redrawn every half second (the kernel runs in another
+    process, so there is no count to show); gone when the block ends."""
+    if not enabled:
+        yield
+        return
+    import threading
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=None, desc=desc, bar_format="{desc}: {elapsed}", file=sys.stderr, leave=False)
+    done = threading.Event()
+
+    def tick() -> None:
+        while not done.wait(0.5):
+            bar.refresh()
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+        bar.close()
+
+
 def grade_notebook(
     path: Path | str,
     *,
@@ -1507,10 +1535,13 @@ def grade_notebook(
     time_limit: float = GRADE_TIME_LIMIT,
     student: str | None = None,
     against: Path | str | None = None,
+    progress: bool = False,
 ) -> int:
     """Grade a notebook: run it, print `question  points  status` per test cell, and return 0 if every
-    autograded cell passes, else 1 (the exit status of `python -m emqsim grade`)."""
-    report = grade(path, timeout=timeout, time_limit=time_limit, student=student, against=against)
+    autograded cell passes, else 1 (the exit status of `python -m emqsim grade`). `progress`: while the
+    notebook runs (tens of seconds), a line on stderr with the time so far, when stderr is a terminal."""
+    with _elapsed(f"grading {Path(path).name}", progress and sys.stderr.isatty()):
+        report = grade(path, timeout=timeout, time_limit=time_limit, student=student, against=against)
     print(report.text(), flush=True)
     return 0 if report.passed else 1
 
