@@ -164,6 +164,14 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
     for proc in handles:
         with contextlib.suppress(Exception):
             proc.join(timeout=2)
+    # The pool's manager thread, woken by the end-of-file above, closes its wake-up pipe as it ends. Wait for
+    # it: concurrent.futures' exit hook wakes every pool it knows, and if the thread closes that pipe between
+    # the hook's check and its write, Python 3.11 prints an OSError (Bad file descriptor) traceback at exit
+    # (CI saw it after a Ctrl-C mid-sweep).
+    manager = getattr(pool, "_executor_manager_thread", None)
+    if manager is not None:
+        with contextlib.suppress(Exception):
+            manager.join(timeout=5)
 
 
 @contextlib.contextmanager

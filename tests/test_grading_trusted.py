@@ -210,3 +210,20 @@ def test_written_in_notebook_reads_through_cell_magics_that_run_python():
         "bob", {"q2": "%%time\nfrom fractions import Fraction\n\n\ndef f(x):\n    return x"}
     ):
         written_in_notebook("f")
+
+
+def test_reading_a_classs_annotations_is_not_taken_for_tampering():
+    """Python 3.10+ creates an empty `__annotations__` on a class the first time it is read; the library's own
+    argument checks may read it while the checks run (nbgrader's route failed every solution's later questions
+    that way). A real change to a class is still seen."""
+    from emqsim.distributions import Distribution
+    from emqsim.grading import _changed, _snapshot
+
+    snap = _snapshot()
+    Distribution.__annotations__  # noqa: B018
+    assert _changed(snap) is None
+    Distribution.forged = True  # type: ignore[attr-defined]
+    try:
+        assert "Distribution" in (_changed(snap) or "")
+    finally:
+        del Distribution.forged  # type: ignore[attr-defined]

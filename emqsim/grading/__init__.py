@@ -551,7 +551,7 @@ def _snapshot() -> dict[tuple[str, str], Any]:
             where = f"{name}.{key}"
             snap[(name, key)] = value
             if isinstance(value, type) and value.__module__ == name:
-                snap[(where, "*keys*")] = frozenset(vars(value)) - _CACHES
+                snap[(where, "*keys*")] = _own_keys(value)
                 for attr, member in vars(value).items():
                     snap[(where, attr)] = member
                     if isinstance(member, types.FunctionType):
@@ -570,7 +570,7 @@ def _changed(snap: dict[tuple[str, str], Any]) -> str | None:
     for (where, key), before in snap.items():
         if key == "*keys*":
             module, _, cls = where.rpartition(".")
-            now: Any = frozenset(vars(getattr(sys.modules[module], cls))) - _CACHES
+            now: Any = _own_keys(getattr(sys.modules[module], cls))
             if now != before:
                 return f"{where} (attributes {sorted(now ^ before)[:3]})"
             continue
@@ -611,6 +611,17 @@ def _changed(snap: dict[tuple[str, str], Any]) -> str | None:
 
 _MISSING = object()
 _CACHES = frozenset({"__slotnames__"})  # copyreg caches this on a class the first time it is deep-copied
+
+
+def _own_keys(cls: type) -> frozenset[str]:
+    """The names a class defines, less what Python adds to it by itself: copyreg's cache, and the empty
+    `__annotations__` that reading it creates on a class without annotations (Python 3.10+), as the
+    library's own argument checks may do while the checks run."""
+    return frozenset(
+        name
+        for name, value in vars(cls).items()
+        if name not in _CACHES and not (name == "__annotations__" and value == {})
+    )
 
 
 class _NoShell:
@@ -1200,7 +1211,7 @@ def _execute_isolated(
     the run stopped early, and what `serve` returned (None if the kernel never connected)."""
     import nbformat
 
-    with tempfile.TemporaryDirectory(prefix="emqsim-run-") as private:
+    with tempfile.TemporaryDirectory(prefix="emqsim-run-") as private, contextlib.ExitStack() as cleanup:
         request = Path(private) / "request.json"
         out, result = Path(private) / "executed.ipynb", Path(private) / "result.json"
         deadline = time.monotonic() + time_limit
@@ -1215,8 +1226,7 @@ def _execute_isolated(
             "skip": sorted(skip),
         }
         if serve is not None:
-            sockets = Path(private) / "sock"
-            sockets.mkdir(mode=0o700)
+            sockets = _socket_folder(Path(private), cleanup)
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             listener.bind(str(sockets / "grader"))
             listener.listen(1)
@@ -1280,6 +1290,31 @@ def _execute_isolated(
             raise ConfigError(outcome["error"])
         nb = nbformat.read(out, as_version=4)
     return nb, {int(k): v for k, v in outcome["reply_errors"].items()}, outcome["stopped"], served
+
+
+SOCKET_PATH_MAX = 100  # bytes: an AF_UNIX path holds at most 107 on Linux and 103 on macOS
+
+
+def _socket_folder(private: Path, cleanup: contextlib.ExitStack) -> Path:
+    """A folder of the run's own (mode 700) for the grader's socket, whose path fits AF_UNIX's limit: inside
+    the run's private folder when that is short enough, else a new one under /tmp or /var/tmp, removed with
+    the run (a long TMPDIR, as under pytest, made `grade` fail with "AF_UNIX path too long")."""
+    inside = private / "sock"
+    if len(os.fsencode(inside / "grader")) <= SOCKET_PATH_MAX:
+        inside.mkdir(mode=0o700)
+        return inside
+    for base in ("/tmp", "/var/tmp"):
+        try:
+            short = Path(tempfile.mkdtemp(prefix="emqsim-", dir=base))
+        except OSError:
+            continue
+        cleanup.callback(shutil.rmtree, short, True)
+        if len(os.fsencode(short / "grader")) <= SOCKET_PATH_MAX:
+            return short
+    raise ConfigError(
+        f"the temporary folder's path is too long for the grader's socket ({private}); "
+        "set TMPDIR to a short folder such as /tmp"
+    )
 
 
 def _accept(listener: socket.socket, proc: subprocess.Popen[Any], deadline: float, nonce: str) -> Any:
