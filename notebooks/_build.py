@@ -341,8 +341,8 @@ say(
   sweep that took a job back;
 * a **green circle** marks a job taken back from a dead worker (right), an **orange cross** a job taken back from
   a live worker (wrong); the **pink arrow** goes to the job's next run on another worker;
-* at the end of a job, a **white triangle** is a finish the queue accepted, an **orange diamond** a second
-  accepted finish of the same job (a duplicate), a **pink square** a late finish the queue rejected.
+* at the end of a job, a **white triangle** is a finish the queue accepted, a **pink diamond** a second
+  accepted finish of the same job (a duplicate), an **orange square** a late finish the queue rejected.
 """),
     code("""
 plots.timeline(runs[("fast-dead", "lease")]);

@@ -112,7 +112,9 @@ def test_base_install(installed):
     script = str(Path(python).parent / "emqsim")
     assert ok(sh([script, "--version"], cwd=where)).strip() == f"emqsim {version}"  # the console script
 
-    one_line_error(sh([python, "-m", "emqsim", "live", "--help"], cwd=where), "live")
+    live_help = sh([python, "-m", "emqsim", "live", "--help"], cwd=where)  # readable without the extra
+    assert live_help.returncode == 0 and "usage: emqsim live" in live_help.stdout, live_help
+    assert "pip install 'emqsim[live]'" in " ".join(live_help.stdout.split()), live_help.stdout
     one_line_error(sh([python, "-m", "emqsim", "live", "--scenario", "fast-dead"], cwd=where), "live")
     assert "live" in ok(sh([python, "-m", "emqsim", "--help"], cwd=where))
     (where / "X.ipynb").write_text("{}")
