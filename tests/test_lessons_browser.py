@@ -24,21 +24,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_timeline_html import CHROMIUM_FLAGS  # one set of flags for every browser test
+
 pytestmark = pytest.mark.slow
 
 nbformat = pytest.importorskip("nbformat")
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = sorted(p.name for p in (ROOT / "notebooks").glob("0*.ipynb"))
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+
 RUN_ALL_TIMEOUT_S = 150
 REDRAW_TIMEOUT_S = 30
 
