@@ -83,6 +83,9 @@ def test_readme_quick_start_verbatim(checkout):
     command = readme_quick_start()
     out = ok(sh(command, cwd=checkout))
     assert "lease minus the 600 s timeout" in out and "production" in out
+    # the command upgrades pip first: pip before 25.1 shows no licence for PEP 639 metadata (License-Expression)
+    shown = ok(sh([str(checkout / ".venv" / "bin" / "pip"), "show", "emqsim"], cwd=checkout))
+    assert "License-Expression: MIT" in shown.splitlines(), shown
 
 
 @pytest.fixture(scope="module")
