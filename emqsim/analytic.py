@@ -665,3 +665,12 @@ def outage_lapse_probability(
 ) -> float:
     """P(lapse) for a connection outage of D s at a uniformly random moment: the freeze formula at R(D)."""
     return freeze_lapse_probability(lease, renewal, reconnect_time(outage), rtt=rtt, resolution=resolution)
+
+
+def fetched_lock_lapses(lease: float, since_finish: float, freeze: float, *, resolution: float = MS) -> bool:
+    """A worker that freezes (or blocks) for X s, u s after it SENT a finish that took its next job
+    (BullMQ's moveToFinished with fetchNext, `fetch_next`), loses that job's lock iff u + X > L: the finish
+    set the lock when it reached Redis, and the job, tracked from that take (processedOn), is renewed by the
+    overdue tick as the worker resumes. Without fetch_next a frozen worker is handed no lock at all (its take
+    waits for the reply), so the same freeze lapses nothing."""
+    return freeze_lapses(lease, since_finish, freeze, resolution=resolution)

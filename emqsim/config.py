@@ -35,7 +35,7 @@ FAULT_KINDS = {"crash": Crash, "freeze": Freeze, "block": Block, "outage": Outag
 NETWORK_KEYS = {"rtt", "loss", "loss_on", "command_timeout"}
 POLICY_KEYS = {
     "kind", "lease", "beat", "scan", "timeout", "two_phase", "max_stalled", "swept_by", "fenced", "take",
-    "drain_delay", "lazy_fail", "track_by",
+    "drain_delay", "lazy_fail", "track_by", "fetch_next",
 }  # fmt: skip
 
 # The type every key must have, checked before anything is built (TOML is typed: "no" is a string, not false;

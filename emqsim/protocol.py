@@ -34,6 +34,7 @@ class FinishReply:
     job_id: str
     code: int
     was_active: bool
+    retried: bool = False  # a holder's failure with attempts left: the job went back to `wait`
 
     @property
     def accepted(self) -> bool:

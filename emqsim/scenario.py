@@ -226,6 +226,28 @@ def production(
     )
 
 
+def finish_takes_next(
+    freeze_for: float | Distribution = 45.0,
+    duration: float = 20.0,
+    jobs: int = 6,
+    workers: int = 2,
+    horizon: float = 3600.0,
+) -> Scenario:
+    """A backlog of `jobs` jobs; the worker of job 0 freezes for `freeze_for` seconds 1 ms after sending job
+    0's finish, its reply still on the way. Under BullMQ's moveToFinished with fetchNext (the `bullmq`
+    preset's `fetch_next`), that finish has already locked the next waiting job to the frozen worker, and a
+    freeze longer than about the lease lapses it on a worker that is alive; a take in its own round trip
+    (after the reply is read) never hands a frozen worker a job."""
+    return Scenario(
+        name="finish-takes-next",
+        workers=workers,
+        jobs=jobs,
+        duration=Fixed(duration),
+        faults=(Freeze(job=0, after=duration + 0.001, duration=freeze_for),),
+        horizon=horizon,
+    )
+
+
 STANDARD: dict[str, Callable[..., Scenario]] = {
     "slow-alive": slow_alive,
     "fast-dead": fast_dead,
@@ -233,6 +255,7 @@ STANDARD: dict[str, Callable[..., Scenario]] = {
     "blocked-loop": blocked_loop,
     "flaky-network": flaky_network,
     "production": production,
+    "finish-takes-next": finish_takes_next,
 }
 
 

@@ -355,6 +355,20 @@ class Server:
         self.host.finish_applied(attempt.job)
         return reply
 
+    def finish_and_fetch(
+        self, worker: Connection, attempt: AttemptDraft, now: int, token: str, failed: str | None = None
+    ) -> tuple[FinishReply, str | None, int]:
+        """moveToFinished with fetchNext (BullMQ, `fetch_next`): the finish (or with `failed`, the holder's
+        move to failed) and, if it was accepted, the next waiting job taken for the same slot under `token`
+        in the same atomic step (moveToFinished-14.lua:213-221, fetchNextJob.lua's RPOPLPUSH and
+        prepareJobForProcessing's lock). Returns the reply, the token if a job was taken (else None), and now."""
+        reply = self.finish(attempt, now) if failed is None else self.fail(attempt, now, failed)
+        if not reply.accepted or reply.retried:
+            return reply, None, now  # an error returns before fetchNextJob; retryJob fetches nothing
+        # The script runs in full even if its sender died after sending it (the request was on the wire):
+        # the job is then locked to a dead worker and waits out the lease.
+        return reply, (token if self._take(worker, token, now) is not None else None), now
+
     def _prune_lock_log(self, now: int) -> None:
         """Keep only the writes a failover could still lose (the longest lag back)."""
         log = self.lock_log

@@ -549,10 +549,16 @@ class Worker(Client):
         policy = self.sim.policy
         after_wakeup = policy.take_after_wakeup
         by_job = policy.renewal is not None and policy.renewal.track_by == "job"
+        fetched: tuple[str, int] | None = None  # (token, Redis time) of a job the last finish took for us
         while True:
             if not (yield from self.carry_on()):
                 return
-            if after_wakeup:
+            fetched_ms: int | None = None
+            if fetched is not None:
+                token, fetched_ms = fetched
+                fetched = None
+                job_id = self.running[token].job
+            elif after_wakeup:
                 token = yield from self._take_after_wakeup()
                 if token is None:
                     return
@@ -574,14 +580,19 @@ class Worker(Client):
                 # maxStalledCount exceeded: the sweep marked it (`defa`); the taker fails it at once, without
                 # calling the processor (the attempt never starts).
                 server.doomed.discard(token)
-                if not (yield from self._fail(attempt, token, "job stalled more than allowable limit")):
+                alive, fetched = yield from self._fail(
+                    attempt, token, "job stalled more than allowable limit"
+                )
+                if not alive:
                     return
                 continue
             ledger.started(attempt, now)
             if by_job:  # BullMQ's LockManager map is keyed by job id: a re-take replaces the stale entry
                 for other in [t for t, h in self.tracked.items() if h.job == job_id]:
                     del self.tracked[other]
-            self.tracked[token] = Tracked(job_id, now, attempt)
+            # A job a finish took is tracked from its take at Redis (BullMQ's trackJob(job.id, token,
+            # job.processedOn), worker.js:582): after a freeze it is due for renewal at once.
+            self.tracked[token] = Tracked(job_id, now if fetched_ms is None else fetched_ms, attempt)
             self.started_ms[token] = (now, self.frozen_total())
             if policy.renewal is not None and policy.renewal.per_job:
                 self.env.process(self.job_renewer(token))
@@ -603,13 +614,23 @@ class Worker(Client):
                 self.slot_procs.pop(token, None)
                 if not (yield from self.carry_on()):
                     return
-                if not (yield from self._fail(attempt, token, "Unexpected exit code")):
+                alive, fetched = yield from self._fail(attempt, token, "Unexpected exit code")
+                if not alive:
                     return
                 continue
             if self.slot_procs is not None:
                 self.slot_procs.pop(token, None)
             ledger.finishing(attempt, int(self.env.now))
-            reply = yield from self.request("finish", lambda now, a=attempt: server.finish(a, now))
+            if policy.fetch_next:
+                self.takes += 1
+                nxt = f"{self.wid}:{self.takes}"
+                reply = yield from self.request(
+                    "finish", lambda now, a=attempt, t=nxt: server.finish_and_fetch(self, a, now, t)
+                )
+                if reply is not None and reply[1] is not None:
+                    fetched = (nxt, reply[2])
+            else:
+                reply = yield from self.request("finish", lambda now, a=attempt: server.finish(a, now))
             if reply is None:
                 return
             self._untrack(token, attempt.job, by_job)
@@ -626,20 +647,32 @@ class Worker(Client):
                 del self.tracked[other]
 
     def _fail(self, attempt: AttemptDraft, token: str, reason: str) -> Proc:
-        """moveToFinished(failed) for a job this worker holds; False if the worker died meanwhile."""
+        """moveToFinished(failed) for a job this worker holds. Returns (alive, fetched): alive is False if the
+        worker died meanwhile; fetched is (token, Redis time) of the next job the failure took for this slot
+        (`fetch_next`), else None."""
         server = self.sim.server
         ran = self.ran_ms(token)
         if ran is not None:  # a sandboxed child ran it until it exited: its execution ends here
             self.sim.ledger.stopped(attempt, int(self.env.now), ran)
-        reply = yield from self.request("finish", lambda now, a=attempt: server.fail(a, now, reason))
+        fetched: tuple[str, int] | None = None
+        if self.sim.policy.fetch_next:
+            self.takes += 1
+            nxt = f"{self.wid}:{self.takes}"
+            reply = yield from self.request(
+                "finish", lambda now, a=attempt, t=nxt: server.finish_and_fetch(self, a, now, t, reason)
+            )
+            if reply is not None and reply[1] is not None:
+                fetched = (nxt, reply[2])
+        else:
+            reply = yield from self.request("finish", lambda now, a=attempt: server.fail(a, now, reason))
         if reply is None:
-            return False
+            return False, None
         renewal = self.sim.policy.renewal
         self._untrack(token, attempt.job, renewal is not None and renewal.track_by == "job")
         self.running.pop(token, None)
         self.started_ms.pop(token, None)
         self.sim.attempts_stopped(1)
-        return True
+        return True, fetched
 
     def _take_after_wakeup(self) -> Proc:
         """BullMQ's fetch: block on the queue's marker (BZPOPMIN, up to drainDelay), and only once the client

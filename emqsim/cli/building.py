@@ -106,16 +106,17 @@ def late_faults(scenario: Scenario) -> list[str]:
 
 
 def with_model_options(policy: ReclaimPolicy, args: argparse.Namespace) -> ReclaimPolicy:
-    """The policy with --take/--track-by/--lazy-fail applied (lease policies only)."""
+    """The policy with --take/--track-by/--lazy-fail/--fetch-next applied (lease policies only)."""
     take, track_by, lazy = (
         getattr(args, "take", None),
         getattr(args, "track_by", None),
         getattr(args, "lazy_fail", False),
     )
-    if take is None and track_by is None and not lazy:
+    fetch_next = getattr(args, "fetch_next", None)
+    if take is None and track_by is None and not lazy and fetch_next is None:
         return policy
     if policy.renewal is None:
-        flag = "--take" if take else "--track-by" if track_by else "--lazy-fail"
+        flag = "--take" if take else "--track-by" if track_by else "--lazy-fail" if lazy else "--fetch-next"
         fail(flag, f"{policy.name!r} has no lease: the BullMQ model options apply to lease policies only")
     policy = copy.deepcopy(policy)
     if take is not None:
@@ -125,6 +126,8 @@ def with_model_options(policy: ReclaimPolicy, args: argparse.Namespace) -> Recla
         policy.renewal = replace(policy.renewal, track_by=track_by)
     if lazy:
         policy.lazy_fail = True
+    if fetch_next is not None:
+        policy.fetch_next = fetch_next == "on"
     return policy
 
 

@@ -147,6 +147,11 @@ def add_fault_flags(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="past max_stalled: mark and re-queue; the next taker fails it (BullMQ 6)",
     )
+    m.add_argument(
+        "--fetch-next",
+        choices=("on", "off"),
+        help="a finish also takes the slot's next job in the same step (BullMQ's moveToFinished; bullmq: on)",
+    )
 
 
 def add_run_flags(p: argparse.ArgumentParser) -> None:
