@@ -22,7 +22,7 @@ from emqsim.units import MAX_SECONDS, check_distribution
 
 SCENARIO_KEYS = {
     "name", "workers", "concurrency", "jobs", "arrival_rate", "duration", "horizon", "phases", "hz", "queue",
-    "remove_on_complete", "faults", "random_faults", "network",
+    "remove_on_complete", "faults", "random_faults", "network", "attempts",
 }  # fmt: skip
 FAULT_KEYS = {
     "kind", "worker", "at", "job", "after", "duration", "restart_after", "lost_writes", "redis_restart",
@@ -47,6 +47,7 @@ KEY_TYPES: dict[str, dict[str, Any]] = {
         "name": str, "workers": "count", "concurrency": "count", "jobs": "count", "arrival_rate": "rate",
         "duration": "dist", "horizon": "seconds", "phases": str, "hz": "count", "queue": str,
         "remove_on_complete": bool, "faults": "array", "random_faults": "table", "network": "table",
+        "attempts": "count",
     },
     "fault": {
         "kind": str, "worker": "index", "at": "seconds", "job": "index", "after": "dist", "duration": "dist",

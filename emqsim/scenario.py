@@ -33,6 +33,8 @@ class Scenario:
     hz            Redis's active-expire frequency
     remove_on_complete  a completed job's hash is deleted and its id not kept in `completed` (BullMQ's
                   `removeOnComplete: true`): Redis memory stays bounded by the jobs in flight
+    attempts      BullMQ's job option `attempts` (default 1): a job its own worker fails (a sandboxed
+                  child's crash) goes back to `wait` until it has failed this many times
     """
 
     name: str = "custom"
@@ -49,6 +51,7 @@ class Scenario:
     hz: int = 10
     queue: str = "default"
     remove_on_complete: bool = False
+    attempts: int = 1
 
     def __post_init__(self) -> None:
         for name in ("name", "queue"):
@@ -71,7 +74,7 @@ class Scenario:
         require_instance("Scenario.network", self.network, Network, "a Network, e.g. Network()")
         require_number("Scenario.arrival_rate", self.arrival_rate, none=True)
         require_number("Scenario.horizon", self.horizon)
-        for name in ("workers", "concurrency", "jobs"):
+        for name in ("workers", "concurrency", "jobs", "attempts"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"scenario {name} must be a whole number >= 1, got {value!r}")
@@ -248,6 +251,28 @@ def finish_takes_next(
     )
 
 
+def child_crash(
+    crash_after: float | Distribution = 5.0,
+    attempts: int = 2,
+    duration: float = 20.0,
+    jobs: int = 3,
+    workers: int = 2,
+    horizon: float = 3600.0,
+) -> Scenario:
+    """Job 0's sandboxed child process exits `crash_after` seconds in: the parent worker, alive, fails the job
+    at once ("Unexpected exit code"); with `attempts` > 1 (BullMQ's job option) the job goes back to the end
+    of `wait` and runs again, with `attempts=1` it is failed for good. No lease is waited out either way."""
+    return Scenario(
+        name="child-crash",
+        workers=workers,
+        jobs=jobs,
+        duration=Fixed(duration),
+        faults=(ChildCrash(job=0, after=crash_after),),
+        horizon=horizon,
+        attempts=attempts,
+    )
+
+
 STANDARD: dict[str, Callable[..., Scenario]] = {
     "slow-alive": slow_alive,
     "fast-dead": fast_dead,
@@ -256,6 +281,7 @@ STANDARD: dict[str, Callable[..., Scenario]] = {
     "flaky-network": flaky_network,
     "production": production,
     "finish-takes-next": finish_takes_next,
+    "child-crash": child_crash,
 }
 
 

@@ -356,13 +356,19 @@ class Server:
         return reply
 
     def finish_and_fetch(
-        self, worker: Connection, attempt: AttemptDraft, now: int, token: str, failed: str | None = None
+        self,
+        worker: Connection,
+        attempt: AttemptDraft,
+        now: int,
+        token: str,
+        failed: str | None = None,
+        attempts: int = 1,
     ) -> tuple[FinishReply, str | None, int]:
         """moveToFinished with fetchNext (BullMQ, `fetch_next`): the finish (or with `failed`, the holder's
         move to failed) and, if it was accepted, the next waiting job taken for the same slot under `token`
         in the same atomic step (moveToFinished-14.lua:213-221, fetchNextJob.lua's RPOPLPUSH and
         prepareJobForProcessing's lock). Returns the reply, the token if a job was taken (else None), and now."""
-        reply = self.finish(attempt, now) if failed is None else self.fail(attempt, now, failed)
+        reply = self.finish(attempt, now) if failed is None else self.fail(attempt, now, failed, attempts)
         if not reply.accepted or reply.retried:
             return reply, None, now  # an error returns before fetchNextJob; retryJob fetches nothing
         # The script runs in full even if its sender died after sending it (the request was on the wire):
@@ -398,14 +404,17 @@ class Server:
                 self.ledger.lock_restored(now, job_id, token, restored)
         log.clear()
 
-    def fail(self, attempt: AttemptDraft, now: int, reason: str) -> FinishReply:
-        """moveToFinished(failed) by the holder: token-checked; the job goes to `failed`."""
-        reply = self.queue.fail(attempt.job, attempt.token, check_token=self.policy.fenced)
+    def fail(self, attempt: AttemptDraft, now: int, reason: str, attempts: int = 1) -> FinishReply:
+        """moveToFinished(failed) by the holder: token-checked; the job goes to `failed`, or with `attempts`
+        left back to `wait` (retried: the attempt failed, the job did not settle)."""
+        reply = self.queue.fail(attempt.job, attempt.token, check_token=self.policy.fenced, attempts=attempts)
         failed = reply.accepted and reply.was_active
         self.ledger.fail_applied(attempt, now, failed, reply.error)
         if failed and self.record_locks:
             self._lock_event(now, attempt.job, attempt.token, "released", detail=reason)
-        if reply.was_active:
+        if reply.retried:
+            self.serve_blocked()
+        elif reply.was_active:
             self.settled += 1
             self.host.job_settled(attempt.job)
         self.host.finish_applied(attempt.job)

@@ -614,7 +614,9 @@ class Worker(Client):
                 self.slot_procs.pop(token, None)
                 if not (yield from self.carry_on()):
                     return
-                alive, fetched = yield from self._fail(attempt, token, "Unexpected exit code")
+                alive, fetched = yield from self._fail(
+                    attempt, token, "Unexpected exit code", self.sim.scenario.attempts
+                )
                 if not alive:
                     return
                 continue
@@ -646,10 +648,11 @@ class Worker(Client):
             for other in [t for t, h in self.tracked.items() if h.job == job_id]:
                 del self.tracked[other]
 
-    def _fail(self, attempt: AttemptDraft, token: str, reason: str) -> Proc:
-        """moveToFinished(failed) for a job this worker holds. Returns (alive, fetched): alive is False if the
+    def _fail(self, attempt: AttemptDraft, token: str, reason: str, attempts: int = 1) -> Proc:
+        """moveToFinished(failed) for a job this worker holds, retried instead while the job's `attempts` are
+        not used up (an unrecoverable failure passes 1). Returns (alive, fetched): alive is False if the
         worker died meanwhile; fetched is (token, Redis time) of the next job the failure took for this slot
-        (`fetch_next`), else None."""
+        (`fetch_next`; a retry fetches none), else None."""
         server = self.sim.server
         ran = self.ran_ms(token)
         if ran is not None:  # a sandboxed child ran it until it exited: its execution ends here
@@ -659,12 +662,15 @@ class Worker(Client):
             self.takes += 1
             nxt = f"{self.wid}:{self.takes}"
             reply = yield from self.request(
-                "finish", lambda now, a=attempt, t=nxt: server.finish_and_fetch(self, a, now, t, reason)
+                "finish",
+                lambda now, a=attempt, t=nxt: server.finish_and_fetch(self, a, now, t, reason, attempts),
             )
             if reply is not None and reply[1] is not None:
                 fetched = (nxt, reply[2])
         else:
-            reply = yield from self.request("finish", lambda now, a=attempt: server.fail(a, now, reason))
+            reply = yield from self.request(
+                "finish", lambda now, a=attempt: server.fail(a, now, reason, attempts)
+            )
         if reply is None:
             return False, None
         renewal = self.sim.policy.renewal

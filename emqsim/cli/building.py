@@ -74,6 +74,8 @@ def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
     if get("child_crash_after") is not None:
         faults.append(ChildCrash(job=0, after=span_dist(args.child_crash_after)))
     changes: dict[str, Any] = {}
+    if get("attempts") is not None:
+        changes["attempts"] = args.attempts
     if faults != list(scenario.faults):
         changes["faults"] = tuple(faults)
     randoms: dict[str, Any] = {}

@@ -133,6 +133,12 @@ def add_fault_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--child-crash-after", type=span, metavar="A[:B]", help="job 0's sandboxed child exits A s in"
     )
+    g.add_argument(
+        "--attempts",
+        type=whole(1),
+        metavar="N",
+        help="BullMQ's job option: a job its worker fails is retried until it failed N times (default 1)",
+    )
     m = p.add_argument_group("BullMQ model options (lease policies)")
     m.add_argument(
         "--take",
