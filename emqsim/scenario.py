@@ -13,7 +13,16 @@ from typing import Any, Literal
 
 from emqsim.distributions import Distribution, Fixed, LogNormal
 from emqsim.errors import ConfigError, require_instance, require_number
-from emqsim.faults import Block, ChildCrash, Crash, Freeze, Network, Outage, RandomFaults  # noqa: F401
+from emqsim.faults import (  # noqa: F401
+    Block,
+    ChildCrash,
+    Crash,
+    Freeze,
+    Network,
+    Outage,
+    Partition,
+    RandomFaults,
+)
 
 
 @dataclass(frozen=True)
@@ -273,6 +282,34 @@ def child_crash(
     )
 
 
+def silent_partition(
+    partition_for: float = 15.0,
+    partition_at: float = 20.0,
+    give_up: float = 924.6,
+    retransmit: bool = True,
+    duration: float = 120.0,
+    workers: int = 2,
+    horizon: float = 3600.0,
+) -> Scenario:
+    """Job 0's worker (worker 0) loses its link to Redis for `partition_for` seconds from `partition_at`
+    without a FIN: ioredis sees no close, its renewals are held, and traffic flows again at the first TCP
+    retransmission after the partition (200 ms doubling to 120 s), or after the reconnects once TCP gave
+    up (`give_up`, 924.6 s by Linux's tcp_retries2). A 15 s partition is back at 25.4 s, later than a 15 s
+    outage with a FIN (18.179 s), so it can lapse a 30 s lease that the outage cannot."""
+    return Scenario(
+        name="silent-partition",
+        workers=workers,
+        jobs=1,
+        duration=Fixed(duration),
+        faults=(
+            Partition(
+                at=partition_at, duration=partition_for, worker=0, give_up=give_up, retransmit=retransmit
+            ),
+        ),
+        horizon=horizon,
+    )
+
+
 STANDARD: dict[str, Callable[..., Scenario]] = {
     "slow-alive": slow_alive,
     "fast-dead": fast_dead,
@@ -282,6 +319,7 @@ STANDARD: dict[str, Callable[..., Scenario]] = {
     "production": production,
     "finish-takes-next": finish_takes_next,
     "child-crash": child_crash,
+    "silent-partition": silent_partition,
 }
 
 

@@ -40,7 +40,7 @@ def check_preset_flags(chosen: Preset, keys: Sequence[str]) -> None:
 def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
     """The scenario with the fault flags' faults added (checked here, before anything runs)."""
     from emqsim.distributions import LogNormal
-    from emqsim.faults import Block, ChildCrash, Outage, RandomFaults
+    from emqsim.faults import Block, ChildCrash, Outage, Partition, RandomFaults
 
     get = lambda name: getattr(args, name, None)  # noqa: E731
     faults = list(scenario.faults)
@@ -73,6 +73,14 @@ def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
         )
     if get("child_crash_after") is not None:
         faults.append(ChildCrash(job=0, after=span_dist(args.child_crash_after)))
+    if (get("partition_at") is None) != (get("partition_for") is None) or (
+        get("partition_give_up") is not None and get("partition_at") is None
+    ):
+        flag = "--partition-for" if get("partition_at") is not None else "--partition-at"
+        fail(flag, "give both --partition-at T and --partition-for X")
+    if get("partition_at") is not None:
+        give_up = get("partition_give_up")
+        faults.append(Partition(at=args.partition_at, duration=args.partition_for, give_up=give_up or 924.6))
     changes: dict[str, Any] = {}
     if get("attempts") is not None:
         changes["attempts"] = args.attempts

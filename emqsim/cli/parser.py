@@ -134,6 +134,16 @@ def add_fault_flags(p: argparse.ArgumentParser) -> None:
         "--child-crash-after", type=span, metavar="A[:B]", help="job 0's sandboxed child exits A s in"
     )
     g.add_argument(
+        "--partition-at", type=seconds, metavar="T", help="a silent partition (no FIN) of every worker at T s"
+    )
+    g.add_argument("--partition-for", type=seconds, metavar="X", help="its length in seconds")
+    g.add_argument(
+        "--partition-give-up",
+        type=seconds,
+        metavar="G",
+        help="s until TCP gives up on the connection (default 924.6, Linux's tcp_retries2 = 15)",
+    )
+    g.add_argument(
         "--attempts",
         type=whole(1),
         metavar="N",
