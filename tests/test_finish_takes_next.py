@@ -7,9 +7,6 @@ before it reads the reply holds a lock it does not renew. Checked against the cl
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from emqsim import LeasePolicy, simulate, standard
@@ -97,10 +94,18 @@ def test_the_toml_key_and_the_flag(tmp_path) -> None:  # type: ignore[no-untyped
     assert with_model_options(preset("bullmq"), args).fetch_next is False
 
 
-def test_bad_flag_value_is_one_line_and_exit_2() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "emqsim", "run", "--scenario", "finish-takes-next", "--fetch-next", "maybe"],
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 2 and "--fetch-next" in out.stderr and "Traceback" not in out.stderr
+def test_bad_flag_value_is_one_line_and_exit_2(capsys) -> None:  # type: ignore[no-untyped-def]
+    code, _, err = run_cli(capsys, "run", "--scenario", "finish-takes-next", "--fetch-next", "maybe")
+    assert code == 2 and "--fetch-next" in err and "Traceback" not in err
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
+    """The command line in this process (as tests/test_newcomer.py runs it): exit code, stdout, stderr."""
+    from emqsim.cli import main
+
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 2
+    out, err = capsys.readouterr()
+    return code, out, err

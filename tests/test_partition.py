@@ -9,9 +9,6 @@ closed form, the contrast with an `Outage` of the same length, TOML and the flag
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from emqsim import Fixed, LeasePolicy, RenewalRule, Scenario, simulate, standard
@@ -93,6 +90,7 @@ def test_a_15_s_partition_lapses_a_lease_that_a_15_s_outage_keeps() -> None:
             assert first.worker_state_at_reclaim in ("alive", "disconnected")
 
 
+@pytest.mark.slow  # 120 simulated runs (about 3 s on a quiet box, 8 s on a loaded one)
 def test_the_lapse_probability_matches_the_closed_form() -> None:
     # The silent-partition scenario (15 s at 20 s into a 120 s job) under a 30/10 lease: u is uniform over
     # the renewal period, so P = clip((25.4 - (30 - 10)) / 10, 0, 1) = 0.54 (the exact grid form below).
@@ -126,12 +124,21 @@ def test_partition_is_checked_and_read_from_toml(tmp_path) -> None:  # type: ign
         load_config(path)
 
 
-def test_the_flags_and_their_one_line_errors() -> None:
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "emqsim", "run", "--scenario", "fast-dead", "--replications", "1", *args]
-        return subprocess.run(cmd, capture_output=True, text=True)
+def test_the_flags_and_their_one_line_errors(capsys) -> None:  # type: ignore[no-untyped-def]
+    args = ("run", "--scenario", "fast-dead", "--replications", "1")
+    code, out, err = run_cli(capsys, *args, "--partition-at", "5", "--partition-for", "20", "--json")
+    assert code == 0, err
+    code, _, err = run_cli(capsys, *args, "--partition-at", "5")
+    assert code == 2 and "--partition-for" in err and "Traceback" not in err
 
-    ok = run("--partition-at", "5", "--partition-for", "20", "--json")
-    assert ok.returncode == 0, ok.stderr
-    bad = run("--partition-at", "5")
-    assert bad.returncode == 2 and "--partition-for" in bad.stderr and "Traceback" not in bad.stderr
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
+    """The command line in this process (as tests/test_newcomer.py runs it): exit code, stdout, stderr."""
+    from emqsim.cli import main
+
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 2
+    out, err = capsys.readouterr()
+    return code, out, err

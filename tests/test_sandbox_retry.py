@@ -32,10 +32,7 @@ def test_the_crashed_job_is_retried_once_then_completes_or_failed_with_one_attem
     assert summarize(run) == simulate_summary(scenario, policy, 0, 0)
 
 
-def test_attempts_is_validated_and_read_from_toml_and_the_flag(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import subprocess
-    import sys
-
+def test_attempts_is_validated_and_read_from_toml_and_the_flag(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     from emqsim.config import load_config
     from emqsim.errors import ConfigError
 
@@ -44,9 +41,17 @@ def test_attempts_is_validated_and_read_from_toml_and_the_flag(tmp_path) -> None
     path = tmp_path / "s.toml"
     path.write_text("[scenario]\njobs = 2\nattempts = 3\n")
     assert load_config(path)[0].attempts == 3
-    out = subprocess.run(
-        [sys.executable, "-m", "emqsim", "run", "--scenario", "child-crash", "--attempts", "0"],
-        capture_output=True,
-        text=True,
-    )
-    assert out.returncode == 2 and "--attempts" in out.stderr and "Traceback" not in out.stderr
+    code, _, err = run_cli(capsys, "run", "--scenario", "child-crash", "--attempts", "0")
+    assert code == 2 and "--attempts" in err and "Traceback" not in err
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:  # type: ignore[no-untyped-def]
+    """The command line in this process (as tests/test_newcomer.py runs it): exit code, stdout, stderr."""
+    from emqsim.cli import main
+
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 2
+    out, err = capsys.readouterr()
+    return code, out, err
