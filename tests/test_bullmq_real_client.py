@@ -366,3 +366,21 @@ def test_a_sandboxed_childs_crash_is_retried_while_attempts_last(
     lo, hi = band(len(victims), p)
     print(f"child crash, attempts {attempts}: real retried {retried}/{len(victims)}, emqsim p={p:.0f}")
     assert lo <= retried <= hi
+
+
+def test_real_bullmq_sessions_run_one_at_a_time(tmp_path: Path) -> None:
+    """Without node: a second session waits for the first's lock (pytest runs files in parallel, and one
+    session's node processes would disturb the other's timing)."""
+    lock, order = tmp_path / "session.lock", []
+
+    def second() -> None:
+        with vb.one_session_at_a_time(lock):
+            order.append("second")
+
+    with vb.one_session_at_a_time(lock):
+        thread = threading.Thread(target=second)
+        thread.start()
+        time.sleep(0.2)
+        order.append("first")
+    thread.join(5)
+    assert order == ["first", "second"]
