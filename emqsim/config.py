@@ -36,7 +36,7 @@ FAULT_KINDS = {
     "crash": Crash, "freeze": Freeze, "block": Block, "outage": Outage, "child_crash": ChildCrash,
     "partition": Partition,
 }  # fmt: skip
-NETWORK_KEYS = {"rtt", "loss", "loss_on", "command_timeout"}
+NETWORK_KEYS = {"rtt", "loss", "loss_on", "command_timeout", "resend_twice"}
 POLICY_KEYS = {
     "kind", "lease", "beat", "scan", "timeout", "two_phase", "max_stalled", "swept_by", "fenced", "take",
     "drain_delay", "lazy_fail", "track_by", "fetch_next",
@@ -60,7 +60,9 @@ KEY_TYPES: dict[str, dict[str, Any]] = {
     "random_faults": {
         "crash_rate": "hourly", "restart_after": "seconds", "freeze_rate": "hourly", "freeze_duration": "dist",
     },
-    "network": {"rtt": "dist", "loss": "probability", "loss_on": str, "command_timeout": "seconds"},
+    "network": {
+        "rtt": "dist", "loss": "probability", "loss_on": str, "command_timeout": "seconds", "resend_twice": bool,
+    },
     "policy": {
         "kind": str, "lease": "seconds", "beat": "seconds", "scan": "seconds", "timeout": "seconds",
         "two_phase": bool, "max_stalled": "index", "swept_by": str, "fenced": bool,

@@ -414,17 +414,26 @@ class Network:
     """Worker <-> Redis round trips: each takes `rtt` seconds (drawn per request, at least 1 ms), half each
     way. A request is lost with probability `loss` (on renewals only, or on every request with
     `loss_on="all"`); a lost request never reaches Redis, and the client learns it after `command_timeout`
-    (a lost renewal simply does not extend the lock; other requests are retried)."""
+    (a lost renewal simply does not extend the lock; other requests are retried).
+
+    `resend_twice`: a command whose reply a connection drop (an `Outage`) caught had already run at Redis,
+    and ioredis resends it after the reconnect (`autoResendUnfulfilledCommands`, on by default), so it runs
+    twice: a renewal extends the lock again, a finish is refused the second time ("Missing lock"), and a job
+    the first run took (a take, or a finish's fetchNext) is orphaned until its lease lapses. Off by default
+    (the command runs once and its reply is read after the reconnect); not meant for a `Partition` that TCP
+    did not give up on, where nothing is resent."""
 
     rtt: Distribution = Fixed(0.002)
     loss: float = 0.0
     loss_on: str = "renewals"
     command_timeout: float = 1.0
+    resend_twice: bool = False
 
     def __post_init__(self) -> None:
         require_instance("Network.rtt", self.rtt, Distribution, "a Distribution, e.g. Fixed(0.002)")
         require_number("Network.loss", self.loss)
         require_number("Network.command_timeout", self.command_timeout)
+        require_bool("Network.resend_twice", self.resend_twice)
         if not (0.0 <= self.loss < 1.0):
             raise ConfigError(f"network loss must be a probability in [0, 1), got {self.loss}")
         if self.loss_on not in ("renewals", "all"):

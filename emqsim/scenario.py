@@ -310,6 +310,24 @@ def silent_partition(
     )
 
 
+def resent_finish(
+    resend_twice: bool = True, jobs: int = 6, duration: float = 20.0, workers: int = 2
+) -> Scenario:
+    """Worker 0's connection drops for 1 s while the reply of job 0's finish is on its way back (2 ms after
+    it was sent). ioredis resends the finish after the reconnect (`Network.resend_twice`): it already ran,
+    so the copy is refused ("Missing lock"), and the next job the first run took for the worker (the
+    `bullmq` preset's fetchNext) is orphaned: active and locked to a live worker that never starts it, until
+    its lease lapses and a sweep moves it back. `resend_twice=False`: the command runs once (the default)."""
+    return Scenario(
+        name="resent-finish",
+        workers=workers,
+        jobs=jobs,
+        duration=Fixed(duration),
+        faults=(Outage(at=duration + 0.006, duration=1.0, worker=0),),
+        network=Network(resend_twice=resend_twice),
+    )
+
+
 STANDARD: dict[str, Callable[..., Scenario]] = {
     "slow-alive": slow_alive,
     "fast-dead": fast_dead,
@@ -320,6 +338,7 @@ STANDARD: dict[str, Callable[..., Scenario]] = {
     "finish-takes-next": finish_takes_next,
     "child-crash": child_crash,
     "silent-partition": silent_partition,
+    "resent-finish": resent_finish,
 }
 
 

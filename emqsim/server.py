@@ -142,6 +142,7 @@ class Server:
         # _reply(event, result, back_ms): the reply reaches the client `back_ms` from now.
         self._reply = replier(env)
         self._tied: list[Callable[[], None]] = []
+        self.resending = False  # a resent copy of a command that already ran is running (`resent`)
 
     # -- transport ---------------------------------------------------------------------------------------
     def send(self, kind: str, op: Callable[[int], Any], rtt_ms: int, lost: bool) -> simpy.Event:
@@ -198,6 +199,20 @@ class Server:
             key = self.keys.lock(job_id)
             if self.store.expire_at(key) == now:
                 self.store.delete(key)
+
+    def resent(self, op: Callable[[int], Any]) -> Callable[[int], Any]:
+        """`op` run as the resent copy of a command that already ran (`Network.resend_twice`): its steps
+        happen at Redis again, but a refused finish or fail leaves the attempt's record as the first run
+        left it."""
+
+        def again(now: int) -> Any:
+            self.resending = True
+            try:
+                return op(now)
+            finally:
+                self.resending = False
+
+        return again
 
     def send_take(self, worker: Connection, token: str, rtt_ms: int, lost: bool) -> simpy.Event:
         """BLMOVE-style take: served now if `wait` has a job, else parked until one arrives."""
@@ -346,6 +361,8 @@ class Server:
 
     def finish(self, attempt: AttemptDraft, now: int) -> FinishReply:
         reply = self.policy.finish(self.queue, attempt.job, attempt.token, now)
+        if self.resending and not reply.accepted:
+            return reply  # the resent copy of a finish that already ran: refused, nothing new to record
         self.ledger.finish_applied(attempt, now, reply.error)
         if reply.accepted and self.record_locks and self.policy.fenced:
             self._lock_event(now, attempt.job, attempt.token, "released")
@@ -408,6 +425,8 @@ class Server:
         """moveToFinished(failed) by the holder: token-checked; the job goes to `failed`, or with `attempts`
         left back to `wait` (retried: the attempt failed, the job did not settle)."""
         reply = self.queue.fail(attempt.job, attempt.token, check_token=self.policy.fenced, attempts=attempts)
+        if self.resending and not reply.accepted:
+            return reply  # the resent copy of a fail that already ran
         failed = reply.accepted and reply.was_active
         self.ledger.fail_applied(attempt, now, failed, reply.error)
         if failed and self.record_locks:

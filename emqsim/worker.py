@@ -72,6 +72,7 @@ class Client:
         self._loss = network.loss
         self._loss_all = network.loss_on == "all"
         self._timeout_ms = to_ms(network.command_timeout)
+        self._resend_twice = network.resend_twice
         # Connection outages, in time order: (disconnected at, network back at, reconnected at), in ms.
         self.outages: list[tuple[int, int, int]] = []
 
@@ -131,6 +132,23 @@ class Client:
                 read = max(read, back + rtt_ms)
         return arrive - now, read - arrive
 
+    def resent_after(self, rtt_ms: int) -> int | None:
+        """With `Network.resend_twice`: ms from now until the resent copy of a request sent now reaches Redis,
+        if a drop catches its reply after the request ran at Redis (ioredis resends it at the reconnect);
+        None if its reply is not caught. Call right after `route`, with the same round trip."""
+        now = int(self.env.now)
+        out_ms = rtt_ms // 2
+        sent = now
+        for start, _, back in self.outages:
+            if start <= sent < back or sent < start <= sent + out_ms:
+                sent = back
+        arrive = sent + out_ms
+        read = arrive + rtt_ms - out_ms
+        for start, _, back in self.outages:
+            if arrive < start <= read or start <= arrive < back:
+                return back + out_ms - now
+        return None
+
     def reply_delay(self, now: int, back_ms: int) -> int:
         """ms until a reply Redis sends at `now` is read (a parked take's reply; see `route`)."""
         read = now + back_ms
@@ -144,8 +162,16 @@ class Client:
         while True:
             lost = self._lost(kind)
             if self.outages and not lost:
-                out_ms, back_ms = self.route(self._rtt_ms())
-                reply = self.sim.server.send_split(kind, op, out_ms, back_ms)
+                rtt_ms = self._rtt_ms()
+                out_ms, back_ms = self.route(rtt_ms)
+                again = self.resent_after(rtt_ms) if self._resend_twice else None
+                if again is None:
+                    reply = self.sim.server.send_split(kind, op, out_ms, back_ms)
+                else:  # it runs, its reply dies with the connection, and the resent copy runs again
+                    self.sim.server.send_split(kind, op, out_ms, back_ms)
+                    reply = self.sim.server.send_split(
+                        kind, self.sim.server.resent(op), again, rtt_ms - rtt_ms // 2
+                    )
             else:
                 reply = self.sim.server.send(kind, op, self._rtt_ms(), lost)
             if lost:
@@ -538,6 +564,8 @@ class Worker(Client):
     # -- called by the server when a take of ours is executed ---------------------------------------------
     def on_taken(self, job_id: str, attempt: AttemptDraft) -> None:
         if self.state != DEAD:
+            if attempt.token in self.running:  # a resent take under the same token: the first job is orphaned
+                self.sim.attempts_stopped(1)
             self.running[attempt.token] = attempt
             self.sim.attempts_started(1)
 
@@ -631,6 +659,8 @@ class Worker(Client):
                 )
                 if reply is not None and reply[1] is not None:
                     fetched = (nxt, reply[2])
+                elif reply is not None:
+                    self._orphan(nxt)
             else:
                 reply = yield from self.request("finish", lambda now, a=attempt: server.finish(a, now))
             if reply is None:
@@ -667,6 +697,8 @@ class Worker(Client):
             )
             if reply is not None and reply[1] is not None:
                 fetched = (nxt, reply[2])
+            elif reply is not None:
+                self._orphan(nxt)
         else:
             reply = yield from self.request(
                 "finish", lambda now, a=attempt: server.fail(a, now, reason, attempts)
@@ -679,6 +711,12 @@ class Worker(Client):
         self.started_ms.pop(token, None)
         self.sim.attempts_stopped(1)
         return True, fetched
+
+    def _orphan(self, token: str) -> None:
+        """A job taken under `token` whose reply never reached this worker (the first run of a resent finish
+        fetched it; the resent copy was refused): the worker never starts it; its lock lapses unrenewed."""
+        if self.running.pop(token, None) is not None:
+            self.sim.attempts_stopped(1)
 
     def _take_after_wakeup(self) -> Proc:
         """BullMQ's fetch: block on the queue's marker (BZPOPMIN, up to drainDelay), and only once the client

@@ -61,3 +61,40 @@ def test_a_take_run_twice_orphans_the_first_job() -> None:
     assert queue.take("w:1", 0, lock_ms=30_000) == "a"  # its reply is lost
     assert queue.take("w:1", 5, lock_ms=30_000) == "b"  # the resent copy: the worker runs `b`
     assert queue.active_jobs() == ["b", "a"] and queue.holds("a", "w:1")  # `a` waits out its lease
+
+
+# -- the simulator with Network(resend_twice=True) -------------------------------------------------------------
+def test_the_resent_finish_orphans_the_fetched_job_in_the_simulator() -> None:
+    from emqsim import simulate, standard
+    from emqsim.presets import preset
+    from emqsim.stats import summarize
+    from emqsim.summaries import simulate_summary
+
+    for rep in range(3):
+        scenario = standard("resent-finish")
+        run = simulate(scenario, preset("bullmq"), 0, rep)
+        (orphan,) = [a for a in run.attempts if a.outcome != "completed"]
+        first = next(a for a in run.attempts if a.job == "0")
+        # taken by job 0's finish (its first run), never started, reclaimed from a live worker after the lease
+        assert orphan.worker == first.worker and orphan.taken_at == first.finish_applied_at
+        assert orphan.started_at is None and orphan.outcome == "reclaimed"
+        assert orphan.worker_state_at_reclaim == "alive" and orphan.reclaimed_at - orphan.taken_at >= 30
+        assert first.outcome == "completed"  # the refused copy leaves the first run's record alone
+        assert sorted({a.job for a in run.attempts if a.outcome == "completed"}) == [str(i) for i in range(6)]
+        assert summarize(run) == simulate_summary(scenario, preset("bullmq"), 0, rep)
+        once = simulate(standard("resent-finish", resend_twice=False), preset("bullmq"), 0, rep)
+        assert all(a.outcome == "completed" for a in once.attempts)
+        assert run.requests["finish"] == once.requests["finish"] + 1  # the resent copy
+
+
+def test_resend_twice_is_read_from_toml_and_the_flag(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from emqsim.cli.building import with_fault_flags
+    from emqsim.cli.parser import build_parser
+    from emqsim.config import load_config
+    from emqsim.scenario import Scenario
+
+    path = tmp_path / "s.toml"
+    path.write_text("[scenario]\n[scenario.network]\nresend_twice = true\n")
+    assert load_config(path)[0].network.resend_twice is True
+    args = build_parser().parse_args(["run", "--resend-twice"])
+    assert with_fault_flags(Scenario(), args).network.resend_twice is True

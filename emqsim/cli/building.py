@@ -84,6 +84,8 @@ def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
     changes: dict[str, Any] = {}
     if get("attempts") is not None:
         changes["attempts"] = args.attempts
+    if get("resend_twice"):
+        changes["network"] = replace(scenario.network, resend_twice=True)
     if faults != list(scenario.faults):
         changes["faults"] = tuple(faults)
     randoms: dict[str, Any] = {}

@@ -144,6 +144,11 @@ def add_fault_flags(p: argparse.ArgumentParser) -> None:
         help="s until TCP gives up on the connection (default 924.6, Linux's tcp_retries2 = 15)",
     )
     g.add_argument(
+        "--resend-twice",
+        action="store_true",
+        help="a command whose reply an outage caught runs again when ioredis resends it",
+    )
+    g.add_argument(
         "--attempts",
         type=whole(1),
         metavar="N",
