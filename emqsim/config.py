@@ -13,7 +13,7 @@ from typing import Any
 
 from emqsim.distributions import Distribution, parse_distribution
 from emqsim.errors import ConfigError
-from emqsim.faults import Block, ChildCrash, Crash, Freeze, Network, Outage, RandomFaults
+from emqsim.faults import Block, ChildCrash, Crash, Freeze, Network, Outage, Partition, RandomFaults
 from emqsim.fileio import read_regular_text
 from emqsim.policies import LeasePolicy, ReclaimPolicy, TimeoutPolicy
 from emqsim.presets import PRESETS, preset
@@ -22,20 +22,24 @@ from emqsim.units import MAX_SECONDS, check_distribution
 
 SCENARIO_KEYS = {
     "name", "workers", "concurrency", "jobs", "arrival_rate", "duration", "horizon", "phases", "hz", "queue",
-    "remove_on_complete", "faults", "random_faults", "network",
+    "remove_on_complete", "faults", "random_faults", "network", "attempts",
 }  # fmt: skip
 FAULT_KEYS = {
     "kind", "worker", "at", "job", "after", "duration", "restart_after", "lost_writes", "redis_restart",
+    "give_up", "connect_timeout", "retransmit",
 }  # fmt: skip
 RANDOM_KEYS = {
     "crash_rate", "restart_after", "freeze_rate", "freeze_duration", "block_rate", "block_duration",
     "outage_rate", "outage_duration",
 }  # fmt: skip
-FAULT_KINDS = {"crash": Crash, "freeze": Freeze, "block": Block, "outage": Outage, "child_crash": ChildCrash}
-NETWORK_KEYS = {"rtt", "loss", "loss_on", "command_timeout"}
+FAULT_KINDS = {
+    "crash": Crash, "freeze": Freeze, "block": Block, "outage": Outage, "child_crash": ChildCrash,
+    "partition": Partition,
+}  # fmt: skip
+NETWORK_KEYS = {"rtt", "loss", "loss_on", "command_timeout", "resend_twice"}
 POLICY_KEYS = {
     "kind", "lease", "beat", "scan", "timeout", "two_phase", "max_stalled", "swept_by", "fenced", "take",
-    "drain_delay", "lazy_fail", "track_by",
+    "drain_delay", "lazy_fail", "track_by", "fetch_next",
 }  # fmt: skip
 
 # The type every key must have, checked before anything is built (TOML is typed: "no" is a string, not false;
@@ -47,15 +51,18 @@ KEY_TYPES: dict[str, dict[str, Any]] = {
         "name": str, "workers": "count", "concurrency": "count", "jobs": "count", "arrival_rate": "rate",
         "duration": "dist", "horizon": "seconds", "phases": str, "hz": "count", "queue": str,
         "remove_on_complete": bool, "faults": "array", "random_faults": "table", "network": "table",
+        "attempts": "count",
     },
     "fault": {
         "kind": str, "worker": "index", "at": "seconds", "job": "index", "after": "dist", "duration": "dist",
-        "restart_after": "seconds",
+        "restart_after": "seconds", "give_up": "seconds", "connect_timeout": "seconds", "retransmit": bool,
     },
     "random_faults": {
         "crash_rate": "hourly", "restart_after": "seconds", "freeze_rate": "hourly", "freeze_duration": "dist",
     },
-    "network": {"rtt": "dist", "loss": "probability", "loss_on": str, "command_timeout": "seconds"},
+    "network": {
+        "rtt": "dist", "loss": "probability", "loss_on": str, "command_timeout": "seconds", "resend_twice": bool,
+    },
     "policy": {
         "kind": str, "lease": "seconds", "beat": "seconds", "scan": "seconds", "timeout": "seconds",
         "two_phase": bool, "max_stalled": "index", "swept_by": str, "fenced": bool,
@@ -258,13 +265,16 @@ def _scenario(table: Any, where: _Located) -> Scenario:
                 f"{name}.kind", f"must be one of {', '.join(map(repr, FAULT_KINDS))}, got {kind!r}"
             )
         if "after" in fault:
-            if kind == "outage":
-                raise where.error(f"{name}.after", "an outage starts at an absolute time: use at = seconds")
+            if kind in ("outage", "partition"):
+                raise where.error(
+                    f"{name}.after",
+                    f"a{'n' * (kind == 'outage')} {kind} starts at an absolute time: use at = seconds",
+                )
             fault["after"] = _seconds_or_dist(fault["after"], f"{name}.after", where)
-        if kind in ("freeze", "block", "outage"):
+        if kind in ("freeze", "block", "outage", "partition"):
             if "duration" not in fault:
                 raise where.error(f"{name}.kind", f"a {kind} needs duration = seconds")
-            if kind == "outage":
+            if kind in ("outage", "partition"):
                 if isinstance(fault["duration"], bool) or not isinstance(fault["duration"], int | float):
                     raise where.error(f"{name}.duration", "an outage's duration must be a number of seconds")
             else:
@@ -275,6 +285,9 @@ def _scenario(table: Any, where: _Located) -> Scenario:
             ("restart_after", "crash"),
             ("lost_writes", "outage"),
             ("redis_restart", "outage"),
+            ("give_up", "partition"),
+            ("connect_timeout", "partition"),
+            ("retransmit", "partition"),
         ):
             if key in fault and kind != owner:
                 raise where.error(

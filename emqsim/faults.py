@@ -1,5 +1,5 @@
-"""Fault plans (crash, stop-the-world freeze, blocked event loop, connection outage, a sandboxed child's
-crash) and the network model, as plain data.
+"""Fault plans (crash, stop-the-world freeze, blocked event loop, connection outage, silent partition, a
+sandboxed child's crash) and the network model, as plain data.
 
 A fault hits either a worker at an absolute time (`worker=2, at=30`) or whichever worker runs a job's first
 attempt, some seconds into it (`job=0, after=1`: "the worker dies 1 s into its job"). `after` and `duration`
@@ -161,6 +161,97 @@ class Outage:
 
 
 @dataclass(frozen=True)
+class Partition(Outage):
+    """A silent partition from `at` for `duration` seconds, of one worker's connection (`worker=2`) or every
+    worker's (`worker=None`): packets are dropped, no FIN or RST arrives, so ioredis sees no close (it sets
+    no command timeout by default, and its keep-alive, `setKeepAlive(true, 0)`, only probes an idle
+    connection after the OS's tcp_keepalive_time, 7200 s). Requests and replies are held, not lost:
+
+    - if TCP delivers before it gives up, the held bytes flow when the partition ends, at the first
+      retransmission after that (`retransmit=True`: Linux's RTO backoff from 200 ms, doubling to 120 s,
+      counted from `at`) or at once (`retransmit=False`: a link or proxy that holds bytes without dropping
+      them); nothing is resent or run twice;
+    - a connection with unacknowledged data gives up `give_up` seconds after `at` (Linux's
+      tcp_retries2 = 15: 924.6 s, Documentation/networking/ip-sysctl.rst; a shorter TCP_USER_TIMEOUT or a
+      proxy that closes after a chosen time sets it lower): ioredis sees the close, reconnects with BullMQ's
+      retry strategy, and each attempt made while the partition lasts waits out `connect_timeout` (ioredis's
+      connectTimeout, 10 s) unless a SYN retransmission (1, 3, 7 s after it, with `retransmit`) gets through
+      once the partition is over; unanswered commands are then resent, as after an `Outage`.
+
+    `lost_writes` and `redis_restart` do not apply (a partition is between clients and a Redis that stays up)."""
+
+    give_up: float = 924.6
+    connect_timeout: float = 10.0
+    retransmit: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require_number("Partition.give_up", self.give_up)
+        require_number("Partition.connect_timeout", self.connect_timeout)
+        require_bool("Partition.retransmit", self.retransmit)
+        if self.lost_writes > 0 or self.redis_restart:
+            raise ConfigError(
+                "Partition: lost_writes and redis_restart are kinds of Outage, not of a partition"
+            )
+        for name in ("give_up", "connect_timeout"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"Partition.{name} must be > 0 seconds, got {value}")
+
+    def reconnect_after_ms(self) -> int:
+        """ms from `at` until the connection carries traffic again (`partition_recovery_ms`)."""
+        return partition_recovery_ms(
+            to_ms(self.duration), to_ms(self.give_up), to_ms(self.connect_timeout), self.retransmit
+        )
+
+
+TCP_RTO_MIN_MS = 200  # Linux TCP_RTO_MIN (include/net/tcp.h); loopback and LAN RTTs sit below it
+TCP_RTO_MAX_MS = 120_000  # Linux TCP_RTO_MAX
+TCP_SYN_RETRIES_MS = (1000, 3000, 7000, 15000, 31000, 63000)  # a SYN's retransmissions (initial RTO 1 s)
+
+
+def tcp_retransmissions_ms(retries: int = 15) -> list[int]:
+    """ms after a segment's first send at which Linux retransmits it (RTO from TCP_RTO_MIN, doubling, capped
+    at TCP_RTO_MAX), and last the give-up time: with tcp_retries2 = 15 the 15 retransmissions end at 204.6 +
+    600 s and the connection is dropped at 924.6 s (the kernel's documented "hypothetical timeout")."""
+    out, t, rto = [], 0, TCP_RTO_MIN_MS
+    for _ in range(retries + 1):
+        t += rto
+        out.append(t)
+        rto = min(2 * rto, TCP_RTO_MAX_MS)
+    return out
+
+
+def partition_recovery_ms(length_ms: int, give_up_ms: int, connect_timeout_ms: int, retransmit: bool) -> int:
+    """ms from a silent partition's start until its connection carries traffic again (see `Partition`).
+
+    Before the give-up: the partition's end, or with `retransmit` the first retransmission at or after it.
+    Otherwise the connection closes at `give_up_ms`; reconnect attempt n comes `reconnect_delay_ms(n)`
+    after the previous close; an attempt made while the partition lasts fails after `connect_timeout_ms`
+    (unless, with `retransmit`, one of its SYN retransmissions falls after the end, within the timeout);
+    the first attempt at or after the end connects at once."""
+    if length_ms < give_up_ms:
+        if not retransmit:
+            return length_ms
+        for t in tcp_retransmissions_ms()[:-1]:  # the last entry is the give-up itself
+            if length_ms <= t < give_up_ms:
+                return t
+    closed, times = give_up_ms, 0
+    while True:
+        times += 1
+        attempt = closed + reconnect_delay_ms(times)
+        if attempt >= length_ms:
+            return attempt
+        if not retransmit and attempt + connect_timeout_ms > length_ms:
+            return length_ms  # the held SYN goes through when the partition ends
+        if retransmit:
+            for syn in TCP_SYN_RETRIES_MS:
+                if syn < connect_timeout_ms and attempt + syn >= length_ms:
+                    return attempt + syn
+        closed = attempt + connect_timeout_ms
+
+
+@dataclass(frozen=True)
 class ChildCrash:
     """A sandboxed processor's child process dies `after` seconds into job `job`'s first attempt: the parent
     worker stays alive and fails the job at once ("Unexpected exit code"), without waiting for the lease."""
@@ -199,20 +290,34 @@ def reconnect_after_ms(down_ms: int) -> int:
 _MAX_RECONNECT_DELAY_MS = 20000  # reconnect_delay_ms's cap, reached at attempt 10 (e^10 > 20000)
 
 
-OutageSpan = tuple[int, int, "int | None"]  # (at, length) in ms, and the worker (None: every worker)
+# (at, length) in ms, the worker (None: every worker), and for a `Partition` the ms from `at` until traffic
+# flows again (None: an outage, back at BullMQ's reconnect backoff from `at`)
+OutageSpan = tuple[int, int, "int | None", "int | None"]
 OutageWindow = tuple[int, int, int]  # (disconnected, network back, reconnected) in ms
 
 
 def outage_spans(faults: Iterable[object]) -> list[OutageSpan]:
-    """A scenario's explicit outages as (at, length, worker or None) in ms, in time order."""
-    return sorted((to_ms(f.at), to_ms(f.duration), f.worker) for f in faults if isinstance(f, Outage))
+    """A scenario's explicit outages and silent partitions as (at, length, worker or None, recovery or
+    None) in ms, in time order."""
+    return sorted(
+        (
+            to_ms(f.at),
+            to_ms(f.duration),
+            f.worker,
+            f.reconnect_after_ms() if isinstance(f, Partition) else None,
+        )
+        for f in faults
+        if isinstance(f, Outage)
+    )
 
 
 def redis_down_windows(faults: Iterable[object], horizon_ms: int) -> list[OutageWindow]:
     """The scenario's Redis restarts as the producer's and the reaper's connection outages (they are cut off
     only when Redis itself is down), with the same reconnect backoff as the workers'."""
-    spans = [
-        (to_ms(f.at), to_ms(f.duration), None) for f in faults if isinstance(f, Outage) and f.redis_restart
+    spans: list[OutageSpan] = [
+        (to_ms(f.at), to_ms(f.duration), None, None)
+        for f in faults
+        if isinstance(f, Outage) and f.redis_restart
     ]
     return outage_windows(sorted(spans), -1, 0, False, None, horizon_ms, _no_stream)
 
@@ -251,9 +356,9 @@ def outage_windows(
     ("faults", wid, 3); called only when `random_faults` has outages) up to the horizon; overlapping ones
     merge, and the reconnect follows BullMQ's retry strategy from the disconnect. The simulator and the live
     mode both take a worker's windows from here."""
-    found = [
-        (max(at, start_ms), at + length)
-        for at, length, target in spans
+    found: list[tuple[int, int, int | None]] = [
+        (max(at, start_ms), at + length, None if recovery is None else at + recovery)
+        for at, length, target, recovery in spans
         if (target is None or (target == wid and not restarted)) and at + length > start_ms
     ]
     if random_faults is not None and random_faults.outage_rate > 0:
@@ -265,15 +370,16 @@ def outage_windows(
             if t >= horizon_ms:
                 break
             length = max(1, to_ms(float(random_faults.outage_duration.sample(draws, 1)[0])))
-            found.append((t, t + length))
+            found.append((t, t + length, None))
     windows: list[OutageWindow] = []
-    for begin, up in sorted(found):
-        if windows and begin < windows[-1][2]:
-            first = windows[-1][0]
-            up = max(up, windows[-1][1])
-            windows[-1] = (first, up, first + reconnect_after_ms(up - first))
+    for begin, up, flows in sorted(found, key=lambda w: (w[0], w[1])):
+        if windows and begin < windows[-1][2]:  # overlapping: one window from the first disconnect
+            first, earlier_up, earlier_back = windows[-1]
+            up = max(up, earlier_up)
+            back = first + reconnect_after_ms(up - first) if flows is None else flows
+            windows[-1] = (first, up, max(back, earlier_back))
         else:
-            windows.append((begin, up, begin + reconnect_after_ms(up - begin)))
+            windows.append((begin, up, begin + reconnect_after_ms(up - begin) if flows is None else flows))
     return windows
 
 
@@ -308,17 +414,26 @@ class Network:
     """Worker <-> Redis round trips: each takes `rtt` seconds (drawn per request, at least 1 ms), half each
     way. A request is lost with probability `loss` (on renewals only, or on every request with
     `loss_on="all"`); a lost request never reaches Redis, and the client learns it after `command_timeout`
-    (a lost renewal simply does not extend the lock; other requests are retried)."""
+    (a lost renewal simply does not extend the lock; other requests are retried).
+
+    `resend_twice`: a command whose reply a connection drop (an `Outage`) caught had already run at Redis,
+    and ioredis resends it after the reconnect (`autoResendUnfulfilledCommands`, on by default), so it runs
+    twice: a renewal extends the lock again, a finish is refused the second time ("Missing lock"), and a job
+    the first run took (a take, or a finish's fetchNext) is orphaned until its lease lapses. Off by default
+    (the command runs once and its reply is read after the reconnect); not meant for a `Partition` that TCP
+    did not give up on, where nothing is resent."""
 
     rtt: Distribution = Fixed(0.002)
     loss: float = 0.0
     loss_on: str = "renewals"
     command_timeout: float = 1.0
+    resend_twice: bool = False
 
     def __post_init__(self) -> None:
         require_instance("Network.rtt", self.rtt, Distribution, "a Distribution, e.g. Fixed(0.002)")
         require_number("Network.loss", self.loss)
         require_number("Network.command_timeout", self.command_timeout)
+        require_bool("Network.resend_twice", self.resend_twice)
         if not (0.0 <= self.loss < 1.0):
             raise ConfigError(f"network loss must be a probability in [0, 1), got {self.loss}")
         if self.loss_on not in ("renewals", "all"):

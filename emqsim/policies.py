@@ -106,6 +106,9 @@ class ReclaimPolicy:
                       to `drain_delay_ms`) and moveToActive only after the client has read the wake-up
       lazy_fail       a job stalled more than max_stalled times is marked (`defa`) and re-queued, and its
                       next taker fails it (BullMQ 6), instead of being failed by the sweep
+      fetch_next      an accepted finish also takes the next waiting job for the same slot in the same
+                      atomic step (BullMQ's moveToFinished with fetchNext), locking it even if the worker
+                      freezes before it reads the reply
     """
 
     name: str = "custom"
@@ -116,6 +119,7 @@ class ReclaimPolicy:
     take_after_wakeup: bool = False
     drain_delay_ms: int = 5000
     lazy_fail: bool = False
+    fetch_next: bool = False
 
     @property
     def scan(self) -> float:
@@ -283,7 +287,8 @@ class LeasePolicy(ReclaimPolicy):
     single pass. `renewal` overrides the default rule `RenewalRule.every(beat)` (e.g. BullMQ's exact rule);
     `track_by` ("token" or "job") sets the rule's lock-manager keying. `take` is "atomic" (a blocking move
     Redis serves even to a frozen client) or "after-wakeup" (BullMQ: marker wake-up, then moveToActive;
-    idle takers wait up to `drain_delay` s); `lazy_fail` fails a job past `max_stalled` at its next take.
+    idle takers wait up to `drain_delay` s); `lazy_fail` fails a job past `max_stalled` at its next take;
+    `fetch_next` makes an accepted finish take the slot's next job in the same step (BullMQ's moveToFinished).
     """
 
     def __init__(
@@ -301,6 +306,7 @@ class LeasePolicy(ReclaimPolicy):
         drain_delay: float = 5.0,
         lazy_fail: bool = False,
         track_by: str | None = None,
+        fetch_next: bool = False,
     ) -> None:
         _require_positive("lease", lease)
         _require_positive("drain_delay", drain_delay)
@@ -311,6 +317,7 @@ class LeasePolicy(ReclaimPolicy):
             raise ConfigError(f"take must be 'atomic' or 'after-wakeup', got {take!r}")
         if not isinstance(lazy_fail, bool):
             raise ConfigError(f"lazy_fail must be true or false, got {lazy_fail!r}")
+        require_bool("fetch_next", fetch_next)
         _require_positive("beat", beat)
         _require_positive("scan", scan)
         if beat >= lease:
@@ -338,6 +345,7 @@ class LeasePolicy(ReclaimPolicy):
         self.take_after_wakeup = take == "after-wakeup"
         self.drain_delay_ms = to_ms(drain_delay)
         self.lazy_fail = lazy_fail
+        self.fetch_next = fetch_next
         if lease / beat < 2:
             warnings.warn(
                 f"lease/beat = {lease / beat:.2f} < 2: a single late or lost heartbeat lapses the lease",

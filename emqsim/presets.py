@@ -51,6 +51,7 @@ def _bullmq(name: str, lease: float, scan: float, max_stalled: int) -> ReclaimPo
         take="after-wakeup",  # BZPOPMIN on the marker, then moveToActive (drainDelay 5 s)
         drain_delay=5.0,
         lazy_fail=True,  # past maxStalledCount: `defa` set, re-queued, failed by the next taker
+        fetch_next=True,  # moveToFinished locks the next waiting job to the same worker (fetchNextJob)
     )
 
 
@@ -108,7 +109,8 @@ PRESETS: dict[str, Preset] = {
             "npm bullmq 6: classes/worker.js, classes/lock-manager.js, commands/moveStalledJobsToWait-9.lua",
             "lockDuration 30 s, lockRenewTime = lockDuration/2, LockManager tick = lockRenewTime/2 with the "
             "strict `ts + renew/2 < now` rule and jobs tracked by id, stalledInterval 30 s, maxStalledCount 1 "
-            "failed lazily by the next taker, takes after a marker wake-up (drainDelay 5 s)",
+            "failed lazily by the next taker, takes after a marker wake-up (drainDelay 5 s), a finish that takes the "
+            "next waiting job in the same script (moveToFinished's fetchNext)",
             _bullmq,
         ),
         Preset(

@@ -34,6 +34,7 @@ class FinishReply:
     job_id: str
     code: int
     was_active: bool
+    retried: bool = False  # a holder's failure with attempts left: the job went back to `wait`
 
     @property
     def accepted(self) -> bool:
@@ -135,9 +136,12 @@ class Queue:
             store.sadd(self.keys.completed, job_id)
         return FinishReply(job_id, 0, was_active=True)
 
-    def fail(self, job_id: str, token: str, check_token: bool = True) -> FinishReply:
+    def fail(self, job_id: str, token: str, check_token: bool = True, attempts: int = 1) -> FinishReply:
         """moveToFinished to `failed` by the job's holder (a sandboxed child's exit, a deferred failure):
-        token-checked like a completion (unless `check_token` is False: an unfenced queue)."""
+        token-checked like a completion (unless `check_token` is False: an unfenced queue). With `attempts`
+        (BullMQ's job option) not used up, the job is retried instead (retryJob-11.lua: lock removed, out of
+        `active`, LPUSH to the back of `wait`, `atm` + 1; BullMQ decides `attemptsMade + 1 < attempts`
+        client-side, job.js:452, from the same counter)."""
         store = self.store
         if check_token:
             lock_key = self.keys.lock(job_id)
@@ -152,6 +156,12 @@ class Queue:
             if check_token:
                 return FinishReply(job_id, NOT_IN_ACTIVE, was_active=False)
             return FinishReply(job_id, 0, was_active=False)  # reclaimed meanwhile: left alone
+        if attempts > 1:
+            made = int(store.hget(self.keys.job(job_id), "atm") or 0)
+            store.hincrby(self.keys.job(job_id), "atm", 1)
+            if made + 1 < attempts:
+                store.lpush(self.keys.wait, job_id)
+                return FinishReply(job_id, 0, was_active=True, retried=True)
         store.sadd(self.keys.failed, job_id)
         return FinishReply(job_id, 0, was_active=True)
 

@@ -21,8 +21,9 @@ from typing import Any, Literal
 # Bumped by every change that alters any simulated result (a fix, a model change). The golden files in
 # tests/golden/ pin the results of each schema, and the sweep cache keys on it, so a stale cache can never
 # serve numbers an older model produced. 5: run summaries hold `jobs_arrived` and per-job rates divide by it
-# (the jobs added before the run ended); run digests did not change.
-RESULTS_SCHEMA = 5
+# (the jobs added before the run ended); run digests did not change. 6: the `bullmq` preset's finish takes
+# the slot's next job in the same step (`fetch_next`, BullMQ's moveToFinished), so its runs change.
+RESULTS_SCHEMA = 6
 
 WorkerState = Literal["alive", "frozen", "blocked", "disconnected", "dead"]
 

@@ -13,7 +13,16 @@ from typing import Any, Literal
 
 from emqsim.distributions import Distribution, Fixed, LogNormal
 from emqsim.errors import ConfigError, require_instance, require_number
-from emqsim.faults import Block, ChildCrash, Crash, Freeze, Network, Outage, RandomFaults  # noqa: F401
+from emqsim.faults import (  # noqa: F401
+    Block,
+    ChildCrash,
+    Crash,
+    Freeze,
+    Network,
+    Outage,
+    Partition,
+    RandomFaults,
+)
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,8 @@ class Scenario:
     hz            Redis's active-expire frequency
     remove_on_complete  a completed job's hash is deleted and its id not kept in `completed` (BullMQ's
                   `removeOnComplete: true`): Redis memory stays bounded by the jobs in flight
+    attempts      BullMQ's job option `attempts` (default 1): a job its own worker fails (a sandboxed
+                  child's crash) goes back to `wait` until it has failed this many times
     """
 
     name: str = "custom"
@@ -49,6 +60,7 @@ class Scenario:
     hz: int = 10
     queue: str = "default"
     remove_on_complete: bool = False
+    attempts: int = 1
 
     def __post_init__(self) -> None:
         for name in ("name", "queue"):
@@ -71,7 +83,7 @@ class Scenario:
         require_instance("Scenario.network", self.network, Network, "a Network, e.g. Network()")
         require_number("Scenario.arrival_rate", self.arrival_rate, none=True)
         require_number("Scenario.horizon", self.horizon)
-        for name in ("workers", "concurrency", "jobs"):
+        for name in ("workers", "concurrency", "jobs", "attempts"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"scenario {name} must be a whole number >= 1, got {value!r}")
@@ -226,6 +238,96 @@ def production(
     )
 
 
+def finish_takes_next(
+    freeze_for: float | Distribution = 45.0,
+    duration: float = 20.0,
+    jobs: int = 6,
+    workers: int = 2,
+    horizon: float = 3600.0,
+) -> Scenario:
+    """A backlog of `jobs` jobs; the worker of job 0 freezes for `freeze_for` seconds 1 ms after sending job
+    0's finish, its reply still on the way. Under BullMQ's moveToFinished with fetchNext (the `bullmq`
+    preset's `fetch_next`), that finish has already locked the next waiting job to the frozen worker, and a
+    freeze longer than about the lease lapses it on a worker that is alive; a take in its own round trip
+    (after the reply is read) never hands a frozen worker a job."""
+    return Scenario(
+        name="finish-takes-next",
+        workers=workers,
+        jobs=jobs,
+        duration=Fixed(duration),
+        faults=(Freeze(job=0, after=duration + 0.001, duration=freeze_for),),
+        horizon=horizon,
+    )
+
+
+def child_crash(
+    crash_after: float | Distribution = 5.0,
+    attempts: int = 2,
+    duration: float = 20.0,
+    jobs: int = 3,
+    workers: int = 2,
+    horizon: float = 3600.0,
+) -> Scenario:
+    """Job 0's sandboxed child process exits `crash_after` seconds in: the parent worker, alive, fails the job
+    at once ("Unexpected exit code"); with `attempts` > 1 (BullMQ's job option) the job goes back to the end
+    of `wait` and runs again, with `attempts=1` it is failed for good. No lease is waited out either way."""
+    return Scenario(
+        name="child-crash",
+        workers=workers,
+        jobs=jobs,
+        duration=Fixed(duration),
+        faults=(ChildCrash(job=0, after=crash_after),),
+        horizon=horizon,
+        attempts=attempts,
+    )
+
+
+def silent_partition(
+    partition_for: float = 15.0,
+    partition_at: float = 20.0,
+    give_up: float = 924.6,
+    retransmit: bool = True,
+    duration: float = 120.0,
+    workers: int = 2,
+    horizon: float = 3600.0,
+) -> Scenario:
+    """Job 0's worker (worker 0) loses its link to Redis for `partition_for` seconds from `partition_at`
+    without a FIN: ioredis sees no close, its renewals are held, and traffic flows again at the first TCP
+    retransmission after the partition (200 ms doubling to 120 s), or after the reconnects once TCP gave
+    up (`give_up`, 924.6 s by Linux's tcp_retries2). A 15 s partition is back at 25.4 s, later than a 15 s
+    outage with a FIN (18.179 s), so it can lapse a 30 s lease that the outage cannot."""
+    return Scenario(
+        name="silent-partition",
+        workers=workers,
+        jobs=1,
+        duration=Fixed(duration),
+        faults=(
+            Partition(
+                at=partition_at, duration=partition_for, worker=0, give_up=give_up, retransmit=retransmit
+            ),
+        ),
+        horizon=horizon,
+    )
+
+
+def resent_finish(
+    resend_twice: bool = True, jobs: int = 6, duration: float = 20.0, workers: int = 2
+) -> Scenario:
+    """Worker 0's connection drops for 1 s while the reply of job 0's finish is on its way back (2 ms after
+    it was sent). ioredis resends the finish after the reconnect (`Network.resend_twice`): it already ran,
+    so the copy is refused ("Missing lock"), and the next job the first run took for the worker (the
+    `bullmq` preset's fetchNext) is orphaned: active and locked to a live worker that never starts it, until
+    its lease lapses and a sweep moves it back. `resend_twice=False`: the command runs once (the default)."""
+    return Scenario(
+        name="resent-finish",
+        workers=workers,
+        jobs=jobs,
+        duration=Fixed(duration),
+        faults=(Outage(at=duration + 0.006, duration=1.0, worker=0),),
+        network=Network(resend_twice=resend_twice),
+    )
+
+
 STANDARD: dict[str, Callable[..., Scenario]] = {
     "slow-alive": slow_alive,
     "fast-dead": fast_dead,
@@ -233,6 +335,10 @@ STANDARD: dict[str, Callable[..., Scenario]] = {
     "blocked-loop": blocked_loop,
     "flaky-network": flaky_network,
     "production": production,
+    "finish-takes-next": finish_takes_next,
+    "child-crash": child_crash,
+    "silent-partition": silent_partition,
+    "resent-finish": resent_finish,
 }
 
 

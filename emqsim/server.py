@@ -142,6 +142,7 @@ class Server:
         # _reply(event, result, back_ms): the reply reaches the client `back_ms` from now.
         self._reply = replier(env)
         self._tied: list[Callable[[], None]] = []
+        self.resending = False  # a resent copy of a command that already ran is running (`resent`)
 
     # -- transport ---------------------------------------------------------------------------------------
     def send(self, kind: str, op: Callable[[int], Any], rtt_ms: int, lost: bool) -> simpy.Event:
@@ -198,6 +199,20 @@ class Server:
             key = self.keys.lock(job_id)
             if self.store.expire_at(key) == now:
                 self.store.delete(key)
+
+    def resent(self, op: Callable[[int], Any]) -> Callable[[int], Any]:
+        """`op` run as the resent copy of a command that already ran (`Network.resend_twice`): its steps
+        happen at Redis again, but a refused finish or fail leaves the attempt's record as the first run
+        left it."""
+
+        def again(now: int) -> Any:
+            self.resending = True
+            try:
+                return op(now)
+            finally:
+                self.resending = False
+
+        return again
 
     def send_take(self, worker: Connection, token: str, rtt_ms: int, lost: bool) -> simpy.Event:
         """BLMOVE-style take: served now if `wait` has a job, else parked until one arrives."""
@@ -346,6 +361,8 @@ class Server:
 
     def finish(self, attempt: AttemptDraft, now: int) -> FinishReply:
         reply = self.policy.finish(self.queue, attempt.job, attempt.token, now)
+        if self.resending and not reply.accepted:
+            return reply  # the resent copy of a finish that already ran: refused, nothing new to record
         self.ledger.finish_applied(attempt, now, reply.error)
         if reply.accepted and self.record_locks and self.policy.fenced:
             self._lock_event(now, attempt.job, attempt.token, "released")
@@ -354,6 +371,26 @@ class Server:
             self.host.job_settled(attempt.job)
         self.host.finish_applied(attempt.job)
         return reply
+
+    def finish_and_fetch(
+        self,
+        worker: Connection,
+        attempt: AttemptDraft,
+        now: int,
+        token: str,
+        failed: str | None = None,
+        attempts: int = 1,
+    ) -> tuple[FinishReply, str | None, int]:
+        """moveToFinished with fetchNext (BullMQ, `fetch_next`): the finish (or with `failed`, the holder's
+        move to failed) and, if it was accepted, the next waiting job taken for the same slot under `token`
+        in the same atomic step (moveToFinished-14.lua:213-221, fetchNextJob.lua's RPOPLPUSH and
+        prepareJobForProcessing's lock). Returns the reply, the token if a job was taken (else None), and now."""
+        reply = self.finish(attempt, now) if failed is None else self.fail(attempt, now, failed, attempts)
+        if not reply.accepted or reply.retried:
+            return reply, None, now  # an error returns before fetchNextJob; retryJob fetches nothing
+        # The script runs in full even if its sender died after sending it (the request was on the wire):
+        # the job is then locked to a dead worker and waits out the lease.
+        return reply, (token if self._take(worker, token, now) is not None else None), now
 
     def _prune_lock_log(self, now: int) -> None:
         """Keep only the writes a failover could still lose (the longest lag back)."""
@@ -384,14 +421,19 @@ class Server:
                 self.ledger.lock_restored(now, job_id, token, restored)
         log.clear()
 
-    def fail(self, attempt: AttemptDraft, now: int, reason: str) -> FinishReply:
-        """moveToFinished(failed) by the holder: token-checked; the job goes to `failed`."""
-        reply = self.queue.fail(attempt.job, attempt.token, check_token=self.policy.fenced)
+    def fail(self, attempt: AttemptDraft, now: int, reason: str, attempts: int = 1) -> FinishReply:
+        """moveToFinished(failed) by the holder: token-checked; the job goes to `failed`, or with `attempts`
+        left back to `wait` (retried: the attempt failed, the job did not settle)."""
+        reply = self.queue.fail(attempt.job, attempt.token, check_token=self.policy.fenced, attempts=attempts)
+        if self.resending and not reply.accepted:
+            return reply  # the resent copy of a fail that already ran
         failed = reply.accepted and reply.was_active
         self.ledger.fail_applied(attempt, now, failed, reply.error)
         if failed and self.record_locks:
             self._lock_event(now, attempt.job, attempt.token, "released", detail=reason)
-        if reply.was_active:
+        if reply.retried:
+            self.serve_blocked()
+        elif reply.was_active:
             self.settled += 1
             self.host.job_settled(attempt.job)
         self.host.finish_applied(attempt.job)

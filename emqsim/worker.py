@@ -72,6 +72,7 @@ class Client:
         self._loss = network.loss
         self._loss_all = network.loss_on == "all"
         self._timeout_ms = to_ms(network.command_timeout)
+        self._resend_twice = network.resend_twice
         # Connection outages, in time order: (disconnected at, network back at, reconnected at), in ms.
         self.outages: list[tuple[int, int, int]] = []
 
@@ -131,6 +132,23 @@ class Client:
                 read = max(read, back + rtt_ms)
         return arrive - now, read - arrive
 
+    def resent_after(self, rtt_ms: int) -> int | None:
+        """With `Network.resend_twice`: ms from now until the resent copy of a request sent now reaches Redis,
+        if a drop catches its reply after the request ran at Redis (ioredis resends it at the reconnect);
+        None if its reply is not caught. Call right after `route`, with the same round trip."""
+        now = int(self.env.now)
+        out_ms = rtt_ms // 2
+        sent = now
+        for start, _, back in self.outages:
+            if start <= sent < back or sent < start <= sent + out_ms:
+                sent = back
+        arrive = sent + out_ms
+        read = arrive + rtt_ms - out_ms
+        for start, _, back in self.outages:
+            if arrive < start <= read or start <= arrive < back:
+                return back + out_ms - now
+        return None
+
     def reply_delay(self, now: int, back_ms: int) -> int:
         """ms until a reply Redis sends at `now` is read (a parked take's reply; see `route`)."""
         read = now + back_ms
@@ -144,8 +162,16 @@ class Client:
         while True:
             lost = self._lost(kind)
             if self.outages and not lost:
-                out_ms, back_ms = self.route(self._rtt_ms())
-                reply = self.sim.server.send_split(kind, op, out_ms, back_ms)
+                rtt_ms = self._rtt_ms()
+                out_ms, back_ms = self.route(rtt_ms)
+                again = self.resent_after(rtt_ms) if self._resend_twice else None
+                if again is None:
+                    reply = self.sim.server.send_split(kind, op, out_ms, back_ms)
+                else:  # it runs, its reply dies with the connection, and the resent copy runs again
+                    self.sim.server.send_split(kind, op, out_ms, back_ms)
+                    reply = self.sim.server.send_split(
+                        kind, self.sim.server.resent(op), again, rtt_ms - rtt_ms // 2
+                    )
             else:
                 reply = self.sim.server.send(kind, op, self._rtt_ms(), lost)
             if lost:
@@ -538,6 +564,8 @@ class Worker(Client):
     # -- called by the server when a take of ours is executed ---------------------------------------------
     def on_taken(self, job_id: str, attempt: AttemptDraft) -> None:
         if self.state != DEAD:
+            if attempt.token in self.running:  # a resent take under the same token: the first job is orphaned
+                self.sim.attempts_stopped(1)
             self.running[attempt.token] = attempt
             self.sim.attempts_started(1)
 
@@ -549,10 +577,16 @@ class Worker(Client):
         policy = self.sim.policy
         after_wakeup = policy.take_after_wakeup
         by_job = policy.renewal is not None and policy.renewal.track_by == "job"
+        fetched: tuple[str, int] | None = None  # (token, Redis time) of a job the last finish took for us
         while True:
             if not (yield from self.carry_on()):
                 return
-            if after_wakeup:
+            fetched_ms: int | None = None
+            if fetched is not None:
+                token, fetched_ms = fetched
+                fetched = None
+                job_id = self.running[token].job
+            elif after_wakeup:
                 token = yield from self._take_after_wakeup()
                 if token is None:
                     return
@@ -574,14 +608,19 @@ class Worker(Client):
                 # maxStalledCount exceeded: the sweep marked it (`defa`); the taker fails it at once, without
                 # calling the processor (the attempt never starts).
                 server.doomed.discard(token)
-                if not (yield from self._fail(attempt, token, "job stalled more than allowable limit")):
+                alive, fetched = yield from self._fail(
+                    attempt, token, "job stalled more than allowable limit"
+                )
+                if not alive:
                     return
                 continue
             ledger.started(attempt, now)
             if by_job:  # BullMQ's LockManager map is keyed by job id: a re-take replaces the stale entry
                 for other in [t for t, h in self.tracked.items() if h.job == job_id]:
                     del self.tracked[other]
-            self.tracked[token] = Tracked(job_id, now, attempt)
+            # A job a finish took is tracked from its take at Redis (BullMQ's trackJob(job.id, token,
+            # job.processedOn), worker.js:582): after a freeze it is due for renewal at once.
+            self.tracked[token] = Tracked(job_id, now if fetched_ms is None else fetched_ms, attempt)
             self.started_ms[token] = (now, self.frozen_total())
             if policy.renewal is not None and policy.renewal.per_job:
                 self.env.process(self.job_renewer(token))
@@ -603,13 +642,27 @@ class Worker(Client):
                 self.slot_procs.pop(token, None)
                 if not (yield from self.carry_on()):
                     return
-                if not (yield from self._fail(attempt, token, "Unexpected exit code")):
+                alive, fetched = yield from self._fail(
+                    attempt, token, "Unexpected exit code", self.sim.scenario.attempts
+                )
+                if not alive:
                     return
                 continue
             if self.slot_procs is not None:
                 self.slot_procs.pop(token, None)
             ledger.finishing(attempt, int(self.env.now))
-            reply = yield from self.request("finish", lambda now, a=attempt: server.finish(a, now))
+            if policy.fetch_next:
+                self.takes += 1
+                nxt = f"{self.wid}:{self.takes}"
+                reply = yield from self.request(
+                    "finish", lambda now, a=attempt, t=nxt: server.finish_and_fetch(self, a, now, t)
+                )
+                if reply is not None and reply[1] is not None:
+                    fetched = (nxt, reply[2])
+                elif reply is not None:
+                    self._orphan(nxt)
+            else:
+                reply = yield from self.request("finish", lambda now, a=attempt: server.finish(a, now))
             if reply is None:
                 return
             self._untrack(token, attempt.job, by_job)
@@ -625,21 +678,45 @@ class Worker(Client):
             for other in [t for t, h in self.tracked.items() if h.job == job_id]:
                 del self.tracked[other]
 
-    def _fail(self, attempt: AttemptDraft, token: str, reason: str) -> Proc:
-        """moveToFinished(failed) for a job this worker holds; False if the worker died meanwhile."""
+    def _fail(self, attempt: AttemptDraft, token: str, reason: str, attempts: int = 1) -> Proc:
+        """moveToFinished(failed) for a job this worker holds, retried instead while the job's `attempts` are
+        not used up (an unrecoverable failure passes 1). Returns (alive, fetched): alive is False if the
+        worker died meanwhile; fetched is (token, Redis time) of the next job the failure took for this slot
+        (`fetch_next`; a retry fetches none), else None."""
         server = self.sim.server
         ran = self.ran_ms(token)
         if ran is not None:  # a sandboxed child ran it until it exited: its execution ends here
             self.sim.ledger.stopped(attempt, int(self.env.now), ran)
-        reply = yield from self.request("finish", lambda now, a=attempt: server.fail(a, now, reason))
+        fetched: tuple[str, int] | None = None
+        if self.sim.policy.fetch_next:
+            self.takes += 1
+            nxt = f"{self.wid}:{self.takes}"
+            reply = yield from self.request(
+                "finish",
+                lambda now, a=attempt, t=nxt: server.finish_and_fetch(self, a, now, t, reason, attempts),
+            )
+            if reply is not None and reply[1] is not None:
+                fetched = (nxt, reply[2])
+            elif reply is not None:
+                self._orphan(nxt)
+        else:
+            reply = yield from self.request(
+                "finish", lambda now, a=attempt: server.fail(a, now, reason, attempts)
+            )
         if reply is None:
-            return False
+            return False, None
         renewal = self.sim.policy.renewal
         self._untrack(token, attempt.job, renewal is not None and renewal.track_by == "job")
         self.running.pop(token, None)
         self.started_ms.pop(token, None)
         self.sim.attempts_stopped(1)
-        return True
+        return True, fetched
+
+    def _orphan(self, token: str) -> None:
+        """A job taken under `token` whose reply never reached this worker (the first run of a resent finish
+        fetched it; the resent copy was refused): the worker never starts it; its lock lapses unrenewed."""
+        if self.running.pop(token, None) is not None:
+            self.sim.attempts_stopped(1)
 
     def _take_after_wakeup(self) -> Proc:
         """BullMQ's fetch: block on the queue's marker (BZPOPMIN, up to drainDelay), and only once the client

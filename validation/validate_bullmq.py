@@ -624,16 +624,36 @@ class Round:
 
 @contextlib.contextmanager
 def real_redis(workdir: Path | None = None) -> Iterator[tuple[str, Path]]:
-    """A private redis-server for a session of rounds: yields (socket path, working directory)."""
+    """A private redis-server for a session of rounds: yields (socket path, working directory).
+
+    Sessions on one machine run one at a time (`one_session_at_a_time`): pytest runs test files in parallel,
+    and the dozens of node processes of one real-BullMQ session (tests/test_bullmq_real.py,
+    tests/test_bullmq_real_client.py) would otherwise disturb another's timing."""
     reason = requirements_missing()
     if reason:
         raise RuntimeError(reason)
     with contextlib.ExitStack() as stack:
+        stack.enter_context(one_session_at_a_time())
         if workdir is None:
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="emqsim-bullmq-")))
         server = PrivateRedis().start()  # the live mode's private server: unix socket, no persistence
         stack.callback(server.stop)
         yield server.socket_path, workdir
+
+
+@contextlib.contextmanager
+def one_session_at_a_time(path: Path | None = None) -> Iterator[None]:
+    """Hold an exclusive lock (flock) on a file in the temporary folder for a real-BullMQ session: a second
+    session, from another pytest worker or another run on the machine, waits until the first has ended."""
+    import fcntl
+
+    lock = path or Path(tempfile.gettempdir()) / "emqsim-bullmq-session.lock"
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)

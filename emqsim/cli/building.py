@@ -40,7 +40,7 @@ def check_preset_flags(chosen: Preset, keys: Sequence[str]) -> None:
 def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
     """The scenario with the fault flags' faults added (checked here, before anything runs)."""
     from emqsim.distributions import LogNormal
-    from emqsim.faults import Block, ChildCrash, Outage, RandomFaults
+    from emqsim.faults import Block, ChildCrash, Outage, Partition, RandomFaults
 
     get = lambda name: getattr(args, name, None)  # noqa: E731
     faults = list(scenario.faults)
@@ -73,7 +73,19 @@ def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
         )
     if get("child_crash_after") is not None:
         faults.append(ChildCrash(job=0, after=span_dist(args.child_crash_after)))
+    if (get("partition_at") is None) != (get("partition_for") is None) or (
+        get("partition_give_up") is not None and get("partition_at") is None
+    ):
+        flag = "--partition-for" if get("partition_at") is not None else "--partition-at"
+        fail(flag, "give both --partition-at T and --partition-for X")
+    if get("partition_at") is not None:
+        give_up = get("partition_give_up")
+        faults.append(Partition(at=args.partition_at, duration=args.partition_for, give_up=give_up or 924.6))
     changes: dict[str, Any] = {}
+    if get("attempts") is not None:
+        changes["attempts"] = args.attempts
+    if get("resend_twice"):
+        changes["network"] = replace(scenario.network, resend_twice=True)
     if faults != list(scenario.faults):
         changes["faults"] = tuple(faults)
     randoms: dict[str, Any] = {}
@@ -106,16 +118,17 @@ def late_faults(scenario: Scenario) -> list[str]:
 
 
 def with_model_options(policy: ReclaimPolicy, args: argparse.Namespace) -> ReclaimPolicy:
-    """The policy with --take/--track-by/--lazy-fail applied (lease policies only)."""
+    """The policy with --take/--track-by/--lazy-fail/--fetch-next applied (lease policies only)."""
     take, track_by, lazy = (
         getattr(args, "take", None),
         getattr(args, "track_by", None),
         getattr(args, "lazy_fail", False),
     )
-    if take is None and track_by is None and not lazy:
+    fetch_next = getattr(args, "fetch_next", None)
+    if take is None and track_by is None and not lazy and fetch_next is None:
         return policy
     if policy.renewal is None:
-        flag = "--take" if take else "--track-by" if track_by else "--lazy-fail"
+        flag = "--take" if take else "--track-by" if track_by else "--lazy-fail" if lazy else "--fetch-next"
         fail(flag, f"{policy.name!r} has no lease: the BullMQ model options apply to lease policies only")
     policy = copy.deepcopy(policy)
     if take is not None:
@@ -125,6 +138,8 @@ def with_model_options(policy: ReclaimPolicy, args: argparse.Namespace) -> Recla
         policy.renewal = replace(policy.renewal, track_by=track_by)
     if lazy:
         policy.lazy_fail = True
+    if fetch_next is not None:
+        policy.fetch_next = fetch_next == "on"
     return policy
 
 

@@ -80,7 +80,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         policies = lease_policies(args) + (
             [] if args.preset and args.timeout is None else timeout_policies(args)
         )
-    if args.take or args.track_by or args.lazy_fail:
+    if args.take or args.track_by or args.lazy_fail or args.fetch_next:
         policies = [with_model_options(p, args) if p.renewal is not None else p for p in policies]
     cells = [Cell(s, p) for s in scenarios for p in policies]
     jobs = clamp_jobs(args.jobs) if not args.dask else args.jobs

@@ -133,6 +133,27 @@ def add_fault_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--child-crash-after", type=span, metavar="A[:B]", help="job 0's sandboxed child exits A s in"
     )
+    g.add_argument(
+        "--partition-at", type=seconds, metavar="T", help="a silent partition (no FIN) of every worker at T s"
+    )
+    g.add_argument("--partition-for", type=seconds, metavar="X", help="its length in seconds")
+    g.add_argument(
+        "--partition-give-up",
+        type=seconds,
+        metavar="G",
+        help="s until TCP gives up on the connection (default 924.6, Linux's tcp_retries2 = 15)",
+    )
+    g.add_argument(
+        "--resend-twice",
+        action="store_true",
+        help="a command whose reply an outage caught runs again when ioredis resends it",
+    )
+    g.add_argument(
+        "--attempts",
+        type=whole(1),
+        metavar="N",
+        help="BullMQ's job option: a job its worker fails is retried until it failed N times (default 1)",
+    )
     m = p.add_argument_group("BullMQ model options (lease policies)")
     m.add_argument(
         "--take",
@@ -146,6 +167,11 @@ def add_fault_flags(p: argparse.ArgumentParser) -> None:
         "--lazy-fail",
         action="store_true",
         help="past max_stalled: mark and re-queue; the next taker fails it (BullMQ 6)",
+    )
+    m.add_argument(
+        "--fetch-next",
+        choices=("on", "off"),
+        help="a finish also takes the slot's next job in the same step (BullMQ's moveToFinished; bullmq: on)",
     )
 
 

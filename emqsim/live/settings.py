@@ -74,6 +74,10 @@ class LiveSettings:
             }
             if policy.lazy_fail:
                 raise ConfigError("live mode fails jobs past max_stalled at the sweep; lazy_fail is sim-only")
+            if policy.fetch_next:
+                raise ConfigError(
+                    "live mode takes in a round trip of its own after a finish; fetch_next is sim-only"
+                )
             return cls(
                 kind="lease",
                 lock_ms=lease,

@@ -1,0 +1,94 @@
+// One real BullMQ 6 Worker (concurrency 1) on one queue, for the client-side stalls of issue 25, driven by
+// tests/test_bullmq_real_client.py:
+//
+//   node stalls.mjs --queue q --jobs '[{"ms":300,"freezeAfterFinish":true},{"ms":3000}]' \
+//        --socket /tmp/x/redis.sock [--port 6390] [--sandbox] [--attempts 2] \
+//        --lock-duration 2000 --stalled-interval 2000
+//
+// It adds the jobs (in order, so job i has id i + 1), prints {"ev":"ready"}, and runs the Worker. With
+// --sandbox the processor is child.mjs in a child process (a job with crashAfter exits its child on its
+// first attempt). A job with freezeAfterFinish makes the process stop itself (SIGSTOP) right after its
+// moveToFinished has been written to the socket, before the reply can be read: the harness sends SIGCONT.
+// Every event is one JSON line on stdout with t = Date.now().
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { Queue, Worker } from 'bullmq';
+
+const { values: args } = parseArgs({
+  options: {
+    queue: { type: 'string' },
+    jobs: { type: 'string' },
+    socket: { type: 'string' },
+    port: { type: 'string' },
+    sandbox: { type: 'boolean', default: false },
+    attempts: { type: 'string', default: '1' },
+    'lock-duration': { type: 'string', default: '2000' },
+    'stalled-interval': { type: 'string', default: '2000' },
+  },
+});
+const emit = (ev, fields = {}) =>
+  process.stdout.write(`${JSON.stringify({ ev, t: Date.now(), pid: process.pid, ...fields })}\n`);
+const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
+// The jobs are added over --socket; the Worker connects there too, or with --port over TCP on loopback (a proxy).
+const direct = { path: args.socket, maxRetriesPerRequest: null };
+const connection = args.port ? { host: '127.0.0.1', port: Number(args.port), maxRetriesPerRequest: null } : direct;
+const queueName = args.queue;
+const jobs = JSON.parse(args.jobs);
+
+const queue = new Queue(queueName, { connection: direct });
+for (const [i, data] of jobs.entries()) {
+  await queue.add('job', { i, ...data }, { attempts: Number(args.attempts), removeOnFail: false });
+}
+await queue.close();
+
+let freezeOnFinish = null; // the id of the job whose moveToFinished stops this process once written
+const here = path.dirname(fileURLToPath(import.meta.url));
+const processor = args.sandbox
+  ? path.join(here, 'child.mjs')
+  : async job => {
+      emit('start', { job: job.id, processedOn: job.processedOn, attemptsMade: job.attemptsMade });
+      await sleep(job.data.ms);
+      if (job.data.freezeAfterFinish) freezeOnFinish = job.id;
+      return 'ok';
+    };
+const worker = new Worker(queueName, processor, {
+  connection,
+  concurrency: 1,
+  lockDuration: Number(args['lock-duration']),
+  stalledInterval: Number(args['stalled-interval']),
+  maxStalledCount: 1,
+  drainDelay: 1,
+  autorun: false,
+  useWorkerThreads: false,
+});
+worker.on('active', job => emit('active', { job: job.id, processedOn: job.processedOn, attemptsMade: job.attemptsMade }));
+worker.on('completed', job => emit('completed', { job: job.id, attemptsMade: job.attemptsMade }));
+worker.on('failed', (job, err) => emit('failed', { job: job?.id, error: err?.message, attemptsMade: job?.attemptsMade }));
+worker.on('stalled', jobId => emit('stalled', { job: jobId }));
+worker.on('locksRenewed', ({ jobIds }) => emit('renewed', { jobs: jobIds }));
+worker.on('lockRenewalFailed', jobIds => emit('renew_failed', { jobs: jobIds }));
+worker.on('error', err => emit('error', { error: err?.message ?? String(err) }));
+await worker.waitUntilReady();
+const client = await worker.backend.client;
+const sendCommand = client.sendCommand.bind(client);
+client.sendCommand = (command, stream) => {
+  const result = sendCommand(command, stream);
+  const finish = command.args.some(a => typeof a === 'string' && a.endsWith(':completed'));
+  if (finish && freezeOnFinish !== null) {
+    const job = freezeOnFinish;
+    freezeOnFinish = null;
+    emit('finish_sent', { job });
+    process.kill(process.pid, 'SIGSTOP'); // the command is on the wire; its reply is not read yet
+  }
+  return result;
+};
+emit('ready', { lockRenewTime: worker.opts.lockRenewTime });
+worker.run().catch(err => emit('error', { error: err.message }));
+process.on('SIGTERM', async () => {
+  try {
+    await worker.close(true);
+  } finally {
+    process.exit(0);
+  }
+});
