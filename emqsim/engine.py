@@ -24,6 +24,7 @@ from emqsim.faults import (
     ChildCrash,
     Crash,
     Freeze,
+    MemoryPressure,
     Outage,
     OutageWindow,
     as_distribution,
@@ -39,6 +40,7 @@ from emqsim.records import Attempt, Run, WorkerEvent, with_expiries
 from emqsim.scenario import Scenario
 from emqsim.seeds import stream
 from emqsim.server import Server, TieBreak
+from emqsim.store.eviction import Eviction
 from emqsim.units import to_ms, to_ms_array
 from emqsim.worker import DEAD, Reaper, Worker
 
@@ -93,6 +95,8 @@ class Simulation:
             for f in scenario.faults
             if isinstance(f, Outage) and f.lost_writes
         )
+        pressure = [f for f in scenario.faults if isinstance(f, MemoryPressure)]
+        self.memory: MemoryPressure | None = pressure[-1] if pressure else None
         self.env = simpy.Environment()
         self.ledger = Ledger(record_locks=record_locks and job_sink is None, streaming=job_sink is not None)
         self.server = Server(
@@ -106,6 +110,10 @@ class Simulation:
             tie_break=tie_break,
             failover_lag_ms=max((lag for _, lag in self.failovers), default=None),
             hz=scenario.hz,
+            eviction=None
+            if self.memory is None
+            else Eviction(self.memory.maxmemory, self.memory.policy, self.memory.samples),
+            eviction_rng=None if self.memory is None else self._rng("memory", 0),
         )
         self.timer_phases = timer_phases or {}
         self.fault_last = tie_break is not None and tie_break.fault_last
@@ -282,6 +290,20 @@ class Simulation:
         yield self.env.timeout(at_ms)
         self.server.lose_lock_writes(at_ms - lag_ms)
 
+    def _cache_writes(self, pressure: MemoryPressure):
+        """The other tenant of a Redis under memory pressure: `SET cache:n <cache_bytes> PX cache_ttl` at
+        Poisson times (`cache_rate` a second, drawn from the run's "memory" stream)."""
+        rng = self._rng("memory", 1)
+        value = "x" * pressure.cache_bytes
+        ttl_ms = max(1, to_ms(pressure.cache_ttl))
+        mean_gap_s = 1.0 / pressure.cache_rate
+        n = 0
+        while True:
+            for gap in to_ms_array(rng.exponential(mean_gap_s, 1024)).tolist():
+                yield self.env.timeout(max(1, gap))
+                self.server.cache_write(f"cache:{n}", value, ttl_ms)
+                n += 1
+
     def _arrivals(self, works_ms: np.ndarray):
         rate = self.scenario.arrival_rate
         gaps = (
@@ -402,6 +424,8 @@ class Simulation:
         for at_ms, lag_ms in self.failovers:
             self.env.process(self._failover(at_ms, lag_ms))
         self.env.process(self._arrivals(works_ms))
+        if self.memory is not None and self.memory.cache_rate > 0:
+            self.env.process(self._cache_writes(self.memory))
         self.env.process(self.server.expire_cycle())
         horizon = self.env.timeout(to_ms(scenario.horizon))
         self.env.run(until=self.env.any_of([self.done, horizon]))

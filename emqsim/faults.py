@@ -325,3 +325,48 @@ class Network:
             raise ConfigError(f"network loss_on must be 'renewals' or 'all', got {self.loss_on!r}")
         if not (self.command_timeout > 0):
             raise ConfigError(f"network command_timeout must be > 0 seconds, got {self.command_timeout}")
+
+
+@dataclass(frozen=True)
+class MemoryPressure:
+    """Redis runs with `maxmemory` bytes and `policy` (`maxmemory-policy`, sampling `samples` keys) and
+    shares its memory with another tenant, a cache that writes `cache_rate` keys a second (a Poisson
+    stream from the run's "memory" stream) of `cache_bytes` bytes each with a TTL of `cache_ttl` seconds.
+    Once the memory is full, Redis evicts before each command (Redis 7's sampled approximate LRU/LFU/TTL,
+    `emqsim.store.eviction`); under a `volatile-*` policy the candidates are the keys with a TTL: the cache's
+    and the queue's locks. A lock evicted from a live worker is recorded as `memory_evicted`; its renewals
+    fail from then on and the stalled sweep reclaims the job (BullMQ only warns about the policy)."""
+
+    maxmemory: int
+    policy: str = "volatile-lru"
+    samples: int = 5
+    cache_rate: float = 0.0
+    cache_bytes: int = 1000
+    cache_ttl: float = 3600.0
+
+    def __post_init__(self) -> None:
+        from emqsim.store.eviction import POLICIES
+
+        for name in ("maxmemory", "samples", "cache_bytes"):
+            require_whole(f"MemoryPressure.{name}", getattr(self, name))
+        require_number("MemoryPressure.cache_rate", self.cache_rate)
+        require_number("MemoryPressure.cache_ttl", self.cache_ttl)
+        if self.maxmemory < 1:
+            raise ConfigError(f"MemoryPressure.maxmemory must be >= 1 byte, got {self.maxmemory}")
+        if self.policy not in POLICIES:
+            raise ConfigError(
+                f"MemoryPressure.policy must be one of {', '.join(POLICIES)}, got {self.policy!r}"
+            )
+        if not 1 <= self.samples <= 64:
+            raise ConfigError(
+                f"MemoryPressure.samples must be in 1..64 (maxmemory-samples), got {self.samples}"
+            )
+        if not (math.isfinite(self.cache_rate) and self.cache_rate >= 0):
+            raise ConfigError(f"MemoryPressure.cache_rate must be >= 0 keys a second, got {self.cache_rate}")
+        if self.cache_bytes < 0:
+            raise ConfigError(f"MemoryPressure.cache_bytes must be >= 0, got {self.cache_bytes}")
+        if not (math.isfinite(self.cache_ttl) and self.cache_ttl >= 0.001):
+            raise ConfigError(f"MemoryPressure.cache_ttl must be >= 0.001 seconds, got {self.cache_ttl}")
+
+    worker = None  # memory pressure is Redis's, not a worker's
+    job = None

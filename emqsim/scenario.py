@@ -13,7 +13,16 @@ from typing import Any, Literal
 
 from emqsim.distributions import Distribution, Fixed, LogNormal
 from emqsim.errors import ConfigError, require_instance, require_number
-from emqsim.faults import Block, ChildCrash, Crash, Freeze, Network, Outage, RandomFaults  # noqa: F401
+from emqsim.faults import (  # noqa: F401
+    Block,
+    ChildCrash,
+    Crash,
+    Freeze,
+    MemoryPressure,
+    Network,
+    Outage,
+    RandomFaults,
+)
 
 
 @dataclass(frozen=True)
@@ -41,7 +50,7 @@ class Scenario:
     jobs: int = 1
     arrival_rate: float | None = None
     duration: Distribution = Fixed(60.0)
-    faults: tuple[Crash | Freeze | Block | Outage | ChildCrash, ...] = ()
+    faults: tuple[Crash | Freeze | Block | Outage | ChildCrash | MemoryPressure, ...] = ()
     random_faults: RandomFaults | None = None
     network: Network = field(default_factory=Network)
     phases: Literal["random", "aligned"] = "random"
@@ -61,8 +70,8 @@ class Scenario:
         )
         for index, fault in enumerate(self.faults):
             require_instance(
-                f"Scenario.faults[{index}]", fault, (Crash, Freeze, Block, Outage, ChildCrash),
-                "a Crash, Freeze, Block, Outage or ChildCrash",
+                f"Scenario.faults[{index}]", fault, (Crash, Freeze, Block, Outage, ChildCrash, MemoryPressure),
+                "a Crash, Freeze, Block, Outage, ChildCrash or MemoryPressure",
             )  # fmt: skip
         if self.random_faults is not None:
             require_instance(
@@ -89,6 +98,8 @@ class Scenario:
             raise ConfigError(f"remove_on_complete must be true or false, got {self.remove_on_complete!r}")
         if not isinstance(self.hz, int) or not 1 <= self.hz <= 500:
             raise ConfigError(f"hz must be a whole number in 1..500 (Redis's range), got {self.hz!r}")
+        if sum(isinstance(f, MemoryPressure) for f in self.faults) > 1:
+            raise ConfigError("a scenario has at most one MemoryPressure (Redis has one maxmemory)")
         for fault in self.faults:
             if fault.worker is not None and fault.worker >= self.workers:
                 raise ConfigError(
@@ -184,6 +195,34 @@ def flaky_network(
     )
 
 
+def memory_pressure(
+    maxmemory: int = 1_300_000,
+    policy: str = "volatile-lru",
+    cache_rate: float = 25.0,
+    cache_bytes: int = 1000,
+    jobs: int = 20,
+    duration: float = 60.0,
+    workers: int = 4,
+    horizon: float = 3600.0,
+) -> Scenario:
+    """Redis with `maxmemory` bytes and a `volatile-*` policy, shared with a cache writing `cache_rate` keys
+    a second of `cache_bytes` bytes with a TTL: once the memory is full every cache write evicts a key with a
+    TTL, and a lock idle longer than most cache keys is the one the sampled LRU picks. A live worker loses
+    its lock, its renewals fail and the sweep hands its job to another worker (bullmq#2215, #1506)."""
+    return Scenario(
+        name="memory-pressure",
+        workers=workers,
+        jobs=jobs,
+        duration=Fixed(duration),
+        faults=(
+            MemoryPressure(
+                maxmemory=maxmemory, policy=policy, cache_rate=cache_rate, cache_bytes=cache_bytes
+            ),
+        ),
+        horizon=horizon,
+    )
+
+
 def production(
     workers: int = 4,
     concurrency: int = 2,
@@ -233,6 +272,7 @@ STANDARD: dict[str, Callable[..., Scenario]] = {
     "blocked-loop": blocked_loop,
     "flaky-network": flaky_network,
     "production": production,
+    "memory-pressure": memory_pressure,
 }
 
 

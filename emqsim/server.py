@@ -24,6 +24,7 @@ from emqsim.ledger import AttemptDraft, Ledger
 from emqsim.policies import ReclaimPolicy, SweepShortcut
 from emqsim.protocol import FinishReply, Queue, SweepReply
 from emqsim.store import KeyStore
+from emqsim.store.eviction import EvictingKeyStore, Eviction
 
 LOST = object()  # a reply that never came: the request was lost on the way
 
@@ -104,6 +105,8 @@ class Server:
         tie_break: TieBreak | None = None,
         failover_lag_ms: int | None = None,
         hz: int = 10,
+        eviction: Eviction | None = None,
+        eviction_rng: Any = None,
     ) -> None:
         """`ledger` records every step; `host` answers worker states and hears of settled jobs and applied
         finishes. `failover_lag_ms`: the longest lag of a failover the run has (lock writes are then logged so
@@ -115,7 +118,19 @@ class Server:
         self.policy = policy
         self.keys = keys
         # The store reads the clock once per command; the simulation's time is integer ms throughout.
-        self.store = KeyStore(clock(env), rng=store_rng, on_evict=self._on_evict)
+        # With `eviction` (maxmemory), Redis evicts before each client command (`before_command`).
+        self.evicting: EvictingKeyStore | None = None
+        if eviction is None:
+            self.store = KeyStore(clock(env), rng=store_rng, on_evict=self._on_evict)
+        else:
+            self.store = self.evicting = EvictingKeyStore(
+                clock(env),
+                eviction,
+                evict_rng=eviction_rng,
+                rng=store_rng,
+                on_evict=self._on_evict,
+                on_memory_evict=self._on_memory_evict,
+            )
         self.store.on_ttl = self._ttl_set
         self.queue = Queue(self.store, keys, remove_on_complete=remove_on_complete)
         self.ledger = ledger  # the one writer of attempts, lock events and sweeps
@@ -154,6 +169,8 @@ class Server:
         back_ms = rtt_ms - out_ms
 
         def arrive(_: simpy.Event) -> None:
+            if self.evicting is not None:
+                self.evicting.perform_evictions()
             result = op(int(self.env.now))
             self._reply(reply, result, back_ms)
 
@@ -166,6 +183,8 @@ class Server:
         reply = self.env.event()
 
         def arrive(_: simpy.Event) -> None:
+            if self.evicting is not None:
+                self.evicting.perform_evictions()
             self._reply(reply, op(int(self.env.now)), back_ms)
 
         self.env.timeout(out_ms).callbacks.append(arrive if self.tie_break is None else self._queued(arrive))
@@ -215,6 +234,8 @@ class Server:
         def arrive(_: simpy.Event) -> None:
             if not worker.connected:
                 return
+            if self.evicting is not None:
+                self.evicting.perform_evictions()
             job_id = self._take(worker, token, int(self.env.now))
             if job_id is None:
                 self.blocked.append((worker, token, reply, raw_back_ms))
@@ -263,6 +284,8 @@ class Server:
         def arrive(_: simpy.Event) -> None:
             if not worker.connected:
                 return
+            if self.evicting is not None:
+                self.evicting.perform_evictions()
             now = int(self.env.now)
             if self.store.peek_len(self.keys.wait) > 0:
                 self._reply(reply, True, worker.reply_delay(now, back_ms) if worker.outages else back_ms)
@@ -285,10 +308,14 @@ class Server:
         """moveToActive sent after a wake-up: the take itself (None if `wait` is empty by then)."""
         if not worker.connected:
             return None
+        if self.evicting is not None:
+            self.evicting.perform_evictions()
         return self._take(worker, token, now)
 
     # -- server-side steps -------------------------------------------------------------------------------
     def add_job(self, job_id: str, work: float) -> None:
+        if self.evicting is not None:
+            self.evicting.perform_evictions()
         self.ledger.arrived(job_id, work)
         self.queue.add(job_id)
         self.serve_blocked()
@@ -441,6 +468,32 @@ class Server:
         job_id = self.keys.job_id_of_lock(key)
         if job_id is not None:
             self.ledger.lock(now, job_id, None, "evicted", None, how)
+
+    def _on_memory_evict(self, key: str, value: object, now: int) -> None:
+        """maxmemory evicted `key`: a lock (its token is the value) is a `memory_evicted` lock event."""
+        if not self.record_locks:
+            return
+        job_id = self.keys.job_id_of_lock(key)
+        if job_id is not None:
+            token = value if isinstance(value, str) else None
+            self.ledger.lock(
+                now,
+                job_id,
+                token,
+                "memory_evicted",
+                None,
+                self.evicting.eviction.policy if self.evicting else "",
+            )
+
+    def cache_write(self, key: str, value: str, ttl_ms: int) -> bool:
+        """Another tenant's `SET key value PX ttl` (memory pressure); False if Redis refused it (OOM)."""
+        evicting = self.evicting
+        assert evicting is not None  # only a run with maxmemory has the other tenant
+        evicting.perform_evictions()
+        if evicting.out_of_memory:
+            return False
+        evicting.set(key, value, px=ttl_ms)
+        return True
 
     # -- Redis's active expire cycle ----------------------------------------------------------------------
     def expire_cycle(self) -> Generator[simpy.Event, Any, None]:

@@ -196,3 +196,63 @@ def test_the_same_fill_on_a_real_redis_server_keeps_the_same_keys() -> None:
                 real_ttl = np.mean([int(k[2:]) for k in real if k.startswith("t:")])
                 sim_ttl = np.mean([int(k[2:]) for k in sim if k.startswith("t:")])
                 assert real_ttl > 600 and sim_ttl > 600 and abs(real_ttl - sim_ttl) < 100
+
+
+# -- in the simulator: the memory-pressure scenario ----------------------------------------------------------
+
+
+def test_memory_pressure_evicts_live_workers_locks_and_the_sweep_reclaims_them() -> None:
+    from emqsim import simulate
+    from emqsim.presets import preset
+    from emqsim.scenario import standard
+
+    scenario = standard("memory-pressure")
+    run = simulate(scenario, preset("bullmq"), seed=0)
+    evicted = [e for e in run.lock_events if e.kind == "memory_evicted"]
+    assert evicted and all(e.detail == "volatile-lru" for e in evicted)
+    by_token = {a.token: a for a in run.attempts}
+    for event in evicted:
+        attempt = by_token[event.token]
+        # the worker was alive: its renewals fail from the eviction on, and a sweep takes the job back
+        assert attempt.worker_state_at_reclaim == "alive" and attempt.reclaimed_at is not None
+        assert attempt.taken_at <= event.time <= attempt.reclaimed_at
+        assert any(
+            e.kind == "renew_failed" and e.token == event.token and e.time > event.time
+            for e in run.lock_events
+        )
+    assert simulate(scenario, preset("bullmq"), seed=0).digest() == run.digest()
+    calm = simulate(standard("memory-pressure", policy="noeviction"), preset("bullmq"), seed=0)
+    assert not [e for e in calm.lock_events if e.kind == "memory_evicted"]
+    assert all(a.outcome == "completed" for a in calm.attempts)
+
+
+def test_memory_pressure_from_toml_and_flags(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from emqsim.config import load_config
+
+    path = tmp_path / "m.toml"
+    path.write_text(
+        '[scenario]\nworkers = 2\njobs = 3\nduration = 20\n[[scenario.faults]]\nkind = "memory_pressure"\n'
+        'maxmemory = 1_100_000\npolicy = "volatile-ttl"\ncache_rate = 10.0\ncache_bytes = 500\n'
+    )
+    scenario, _ = load_config(path)
+    (fault,) = scenario.faults
+    assert (fault.maxmemory, fault.policy, fault.cache_rate, fault.cache_bytes) == (
+        1_100_000,
+        "volatile-ttl",
+        10.0,
+        500,
+    )
+    path.write_text(
+        '[scenario]\n[[scenario.faults]]\nkind = "memory_pressure"\nmaxmemory = 1000000\nat = 3\n'
+    )
+    with pytest.raises(Exception, match="memory_pressure"):
+        load_config(path)
+    bad = subprocess.run(
+        [sys.executable, "-m", "emqsim", "run", "--scenario", "fast-dead", "--cache-rate", "5"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "--maxmemory" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

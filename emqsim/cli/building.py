@@ -73,6 +73,19 @@ def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
         )
     if get("child_crash_after") is not None:
         faults.append(ChildCrash(job=0, after=span_dist(args.child_crash_after)))
+    if (get("maxmemory_policy") is not None or get("cache_rate") is not None) and get("maxmemory") is None:
+        fail("--maxmemory-policy" if get("maxmemory_policy") else "--cache-rate", "needs --maxmemory BYTES")
+    if get("maxmemory") is not None:  # replaces the scenario's own memory pressure
+        from emqsim.faults import MemoryPressure
+
+        faults = [f for f in faults if not isinstance(f, MemoryPressure)]
+        faults.append(
+            MemoryPressure(
+                maxmemory=args.maxmemory,
+                policy=get("maxmemory_policy") or "volatile-lru",
+                cache_rate=25.0 if args.cache_rate is None else args.cache_rate,
+            )
+        )
     changes: dict[str, Any] = {}
     if faults != list(scenario.faults):
         changes["faults"] = tuple(faults)

@@ -25,6 +25,7 @@ from emqsim.cli.argtypes import (
     writable_folder,
 )
 from emqsim.cli.work import MAX_COMMANDS
+from emqsim.store.eviction import POLICIES
 
 HELP_WIDTH = 100  # every --help wraps here at most, like the tables' default width
 RUN_REPLICATIONS = 10  # `run`'s default: enough runs for t intervals with 9 degrees of freedom, in seconds
@@ -132,6 +133,16 @@ def add_fault_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--child-crash-after", type=span, metavar="A[:B]", help="job 0's sandboxed child exits A s in"
+    )
+    g.add_argument(
+        "--maxmemory", type=whole(1), metavar="BYTES",
+        help="Redis's maxmemory, shared with a cache writing --cache-rate keys/s (locks can be evicted)",
+    )  # fmt: skip
+    g.add_argument(
+        "--maxmemory-policy", choices=POLICIES, help="... its maxmemory-policy (default volatile-lru)"
+    )
+    g.add_argument(
+        "--cache-rate", type=rate, metavar="R", help="... the cache's writes a second (default 25)"
     )
     m = p.add_argument_group("BullMQ model options (lease policies)")
     m.add_argument(

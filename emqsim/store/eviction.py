@@ -34,6 +34,7 @@ time limit (evictions finish within the command); replication and AOF buffers (n
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -170,6 +171,7 @@ class EvictingKeyStore(KeyStore):
         self._lfu: dict[str, tuple[int, int]] = {}  # key -> (decrement time in minutes, counter)
         self._touched: dict[str, None] = {}  # keys whose size may have changed since the last sync
         self._pool: list[tuple[int, str]] = []  # (score, key), ascending score, at most EVPOOL_SIZE
+        self._uniforms: list[float] = []  # evict_rng's draws, taken in blocks (one numpy call per 1,024)
         self.evicted_keys = 0
         self.oom_commands = 0
         self.out_of_memory = False  # the last check found the memory over the limit and nothing to evict
@@ -238,6 +240,13 @@ class EvictingKeyStore(KeyStore):
         self._sync()
         return self.eviction.base_bytes + self._dataset
 
+    def _uniform(self) -> float:
+        """The next uniform draw in [0, 1) from `evict_rng`."""
+        if not self._uniforms:
+            self._uniforms = self._evict_rng.random(1024).tolist()
+            self._uniforms.reverse()
+        return self._uniforms.pop()
+
     # -- LFU (evict.c:299, 319) ------------------------------------------------------------------------------
     def _lfu_decayed(self, key: str, minutes: int) -> int:
         ldt, counter = self._lfu.get(key, (minutes, LFU_INIT_VAL))
@@ -248,7 +257,7 @@ class EvictingKeyStore(KeyStore):
         if counter == 255:
             return 255
         base = max(0, counter - LFU_INIT_VAL)
-        if self._evict_rng.random() < 1.0 / (base * self.eviction.lfu_log_factor + 1):
+        if self._uniform() < 1.0 / (base * self.eviction.lfu_log_factor + 1):
             counter += 1
         return counter
 
@@ -293,7 +302,7 @@ class EvictingKeyStore(KeyStore):
         if self.eviction.policy.endswith("random"):
             if not candidates:
                 return None
-            return candidates[int(self._evict_rng.integers(len(candidates)))]
+            return candidates[int(self._uniform() * len(candidates))]
         volatile = not self.eviction.policy.startswith("allkeys")
         pool = self._pool
         while True:
@@ -308,14 +317,19 @@ class EvictingKeyStore(KeyStore):
     def _populate(self, candidates: list[str]) -> None:
         n = len(candidates)
         count = min(self.eviction.samples, n)
-        picks = range(n) if count == n else self._evict_rng.choice(n, count, replace=False).tolist()
+        if count == n:
+            picks: list[int] = list(range(n))
+        else:  # `count` distinct indices, uniformly (redrawing repeats: cheap for count << n)
+            picks = []
+            while len(picks) < count:
+                i = int(self._uniform() * n)
+                if i not in picks:
+                    picks.append(i)
         pool = self._pool
         for i in picks:
             key = candidates[i]
             score = self._score(key)
-            k = 0
-            while k < len(pool) and pool[k][0] < score:
-                k += 1
+            k = bisect_left(pool, (score, ""))  # the first entry whose score is not below ours
             if k == 0 and len(pool) == EVPOOL_SIZE:
                 continue  # worse than every entry of a full pool
             if len(pool) < EVPOOL_SIZE:
