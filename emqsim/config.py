@@ -26,7 +26,7 @@ SCENARIO_KEYS = {
 }  # fmt: skip
 FAULT_KEYS = {
     "kind", "worker", "at", "job", "after", "duration", "restart_after", "lost_writes", "redis_restart",
-    "maxmemory", "policy", "samples", "cache_rate", "cache_bytes", "cache_ttl",
+    "maxmemory", "policy", "samples", "cache_rate", "cache_bytes", "cache_ttl", "recovers",
 }  # fmt: skip
 MEMORY_KEYS = ("maxmemory", "policy", "samples", "cache_rate", "cache_bytes", "cache_ttl")
 RANDOM_KEYS = {
@@ -280,11 +280,14 @@ def _scenario(table: Any, where: _Located) -> Scenario:
             ("restart_after", "crash"),
             ("lost_writes", "outage"),
             ("redis_restart", "outage"),
+            ("recovers", "outage"),
         ):
             if key in fault and kind != owner:
                 raise where.error(
                     f"{name}.{key}", f"only a{'n' if owner[0] == 'o' else ''} {owner} has {key}"
                 )
+        if "recovers" in fault and not isinstance(fault["recovers"], bool):
+            raise where.error(f"{name}.recovers", f"must be true or false, got {fault['recovers']!r}")
         if "redis_restart" in fault and not isinstance(fault["redis_restart"], bool):
             raise where.error(
                 f"{name}.redis_restart", f"must be true or false, got {fault['redis_restart']!r}"

@@ -20,6 +20,7 @@ import simpy
 
 from emqsim.errors import require_instance, require_whole
 from emqsim.faults import (
+    NEVER_MS,
     Block,
     ChildCrash,
     Crash,
@@ -29,6 +30,7 @@ from emqsim.faults import (
     OutageWindow,
     as_distribution,
     disconnect_detail,
+    never_recovers,
     outage_spans,
     outage_windows,
     redis_down_windows,
@@ -259,7 +261,7 @@ class Simulation:
 
     def _outage_windows(self, worker: Worker, start_ms: int, restarted: bool) -> list[OutageWindow]:
         """The worker's connection outages (`emqsim.faults.outage_windows`, which the live mode uses too)."""
-        return outage_windows(
+        windows = outage_windows(
             self.outages,
             worker.wid,
             start_ms,
@@ -268,6 +270,7 @@ class Simulation:
             to_ms(self.scenario.horizon),
             lambda: self._rng("faults", worker.wid, 3),
         )
+        return never_recovers(windows, self.scenario.faults, worker.wid, restarted)
 
     def _connection_events(self, worker: Worker, windows: list[tuple[int, int, int]]):
         """Records only: when the worker's connection dropped, the network came back, and it reconnected."""
@@ -278,6 +281,9 @@ class Simulation:
             self.worker_event(worker.wid, "disconnect", disconnect_detail((begin, up, back), self.redis_down))
             yield self.env.timeout(up - begin)
             if worker.state == DEAD:
+                return
+            if back >= NEVER_MS:
+                self.worker_event(worker.wid, "network_up", "the client never reconnects")
                 return
             self.worker_event(worker.wid, "network_up", f"reconnect in {(back - up) / 1000:g} s")
             yield self.env.timeout(back - up)

@@ -126,19 +126,27 @@ class Outage:
     `redis_restart` makes it Redis itself going down for `duration` and coming back with its data (a
     `SHUTDOWN` that saves, then a start that loads the file; expiries are absolute, so a lock whose time
     passed meanwhile is gone): every client is cut off, the producer's adds and the timeout reaper too, not
-    only the workers (a plain outage of every worker is a network blip on the workers' side)."""
+    only the workers (a plain outage of every worker is a network blip on the workers' side).
+
+    `recovers=False` makes the workers' clients never come back, though Redis and the network are back after
+    `duration`: a user-supplied ioredis client that gave up (`maxRetriesPerRequest`, 20 by default, then every
+    command fails), or BullMQ's blocking client left "reconnecting" (bullmq#648, #2466, #4585). The worker
+    stops fetching and renewing; its jobs' work goes on but their finishes never arrive, so the sweep takes
+    them back from a worker that is alive (`disconnected`)."""
 
     at: float
     duration: float
     worker: int | None = None
     lost_writes: float = 0.0
     redis_restart: bool = False
+    recovers: bool = True
 
     def __post_init__(self) -> None:
         for name in ("at", "duration", "lost_writes"):
             require_number(f"Outage.{name}", getattr(self, name))
         require_whole("Outage.worker", self.worker, none=True)
         require_bool("Outage.redis_restart", self.redis_restart)
+        require_bool("Outage.recovers", self.recovers)
         if not (math.isfinite(self.at) and self.at >= 0):
             raise ConfigError(f"Outage.at must be >= 0 seconds, got {self.at}")
         if not (math.isfinite(self.lost_writes) and self.lost_writes >= 0):
@@ -198,6 +206,33 @@ def reconnect_after_ms(down_ms: int) -> int:
 
 _MAX_RECONNECT_DELAY_MS = 20000  # reconnect_delay_ms's cap, reached at attempt 10 (e^10 > 20000)
 
+NEVER_MS = 2**62  # the reconnect time of a client that never recovers (`Outage(recovers=False)`)
+
+
+def never_recovers(
+    windows: list[OutageWindow], faults: Iterable[object], wid: int, restarted: bool
+) -> list[OutageWindow]:
+    """Worker `wid`'s outage `windows` with the first outage that does not recover (`Outage(recovers=False)`
+    for it or for everyone) ending in no reconnect at all: that window's reconnect is `NEVER_MS`, and later
+    windows are dropped (the client is gone for good). A replacement worker (`restarted`) starts afresh."""
+    stuck = [
+        to_ms(f.at)
+        for f in faults
+        if isinstance(f, Outage)
+        and not f.recovers
+        and (f.worker is None or (f.worker == wid and not restarted))
+    ]
+    if not stuck:
+        return windows
+    at = min(stuck)
+    out: list[OutageWindow] = []
+    for begin, up, back in windows:
+        if begin <= at < back:
+            out.append((begin, up, NEVER_MS))
+            break
+        out.append((begin, up, back))
+    return out
+
 
 OutageSpan = tuple[int, int, "int | None"]  # (at, length) in ms, and the worker (None: every worker)
 OutageWindow = tuple[int, int, int]  # (disconnected, network back, reconnected) in ms
@@ -205,7 +240,8 @@ OutageWindow = tuple[int, int, int]  # (disconnected, network back, reconnected)
 
 def outage_spans(faults: Iterable[object]) -> list[OutageSpan]:
     """A scenario's explicit outages as (at, length, worker or None) in ms, in time order."""
-    return sorted((to_ms(f.at), to_ms(f.duration), f.worker) for f in faults if isinstance(f, Outage))
+    spans = [(to_ms(f.at), to_ms(f.duration), f.worker) for f in faults if isinstance(f, Outage)]
+    return sorted(spans, key=lambda s: (s[0], s[1], -1 if s[2] is None else s[2]))  # everyone's first
 
 
 def redis_down_windows(faults: Iterable[object], horizon_ms: int) -> list[OutageWindow]:

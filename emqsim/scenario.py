@@ -223,6 +223,35 @@ def memory_pressure(
     )
 
 
+def stuck_connection(
+    outage_at: float = 30.0,
+    outage_for: float = 5.0,
+    stuck_worker: int | None = 0,
+    jobs: int = 8,
+    duration: float = 60.0,
+    workers: int = 2,
+    horizon: float = 900.0,
+) -> Scenario:
+    """Redis restarts at `outage_at` for `outage_for` seconds and worker `stuck_worker`'s client never
+    recovers (None: no worker's does): a user-supplied client that gave up after `maxRetriesPerRequest`, or
+    a blocking client left "reconnecting". Redis is back, but that worker neither fetches nor renews any
+    more; its job's lock lapses and the sweep hands the job to a worker that did reconnect (a false reclaim:
+    the stuck worker is alive) (bullmq#648, #2466, #4585)."""
+    faults: tuple[Outage, ...] = (Outage(at=outage_at, duration=outage_for, redis_restart=True),)
+    if stuck_worker is not None:
+        faults += (Outage(at=outage_at, duration=outage_for, worker=stuck_worker, recovers=False),)
+    else:
+        faults = (Outage(at=outage_at, duration=outage_for, redis_restart=True, recovers=False),)
+    return Scenario(
+        name="stuck-connection",
+        workers=workers,
+        jobs=jobs,
+        duration=Fixed(duration),
+        faults=faults,
+        horizon=horizon,
+    )
+
+
 def production(
     workers: int = 4,
     concurrency: int = 2,
@@ -273,6 +302,7 @@ STANDARD: dict[str, Callable[..., Scenario]] = {
     "flaky-network": flaky_network,
     "production": production,
     "memory-pressure": memory_pressure,
+    "stuck-connection": stuck_connection,
 }
 
 

@@ -124,6 +124,10 @@ def add_fault_flags(p: argparse.ArgumentParser) -> None:
         "--redis-restart", action="store_true",
         help="... and it is Redis restarting with its data (the producer and the reaper are cut off too)",
     )  # fmt: skip
+    g.add_argument(
+        "--never-reconnect", action="store_true",
+        help="... and the workers' clients never recover (gave up, or left 'reconnecting') though Redis is back",
+    )  # fmt: skip
     g.add_argument("--outage-rate", type=rate, metavar="R", help="random connection outages per worker-hour")
     g.add_argument(
         "--outage-median",
