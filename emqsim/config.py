@@ -27,6 +27,7 @@ SCENARIO_KEYS = {
 FAULT_KEYS = {
     "kind", "worker", "at", "job", "after", "duration", "restart_after", "lost_writes", "redis_restart",
     "maxmemory", "policy", "samples", "cache_rate", "cache_bytes", "cache_ttl", "recovers",
+    "readonly",
 }  # fmt: skip
 MEMORY_KEYS = ("maxmemory", "policy", "samples", "cache_rate", "cache_bytes", "cache_ttl")
 RANDOM_KEYS = {
@@ -281,6 +282,7 @@ def _scenario(table: Any, where: _Located) -> Scenario:
             ("lost_writes", "outage"),
             ("redis_restart", "outage"),
             ("recovers", "outage"),
+            ("readonly", "outage"),
         ):
             if key in fault and kind != owner:
                 raise where.error(

@@ -99,6 +99,7 @@ class Simulation:
         )
         pressure = [f for f in scenario.faults if isinstance(f, MemoryPressure)]
         self.memory: MemoryPressure | None = pressure[-1] if pressure else None
+        self._failovers_left = len(self.failovers)
         self.env = simpy.Environment()
         self.ledger = Ledger(record_locks=record_locks and job_sink is None, streaming=job_sink is not None)
         self.server = Server(
@@ -110,12 +111,21 @@ class Simulation:
             self,
             remove_on_complete=scenario.remove_on_complete,
             tie_break=tie_break,
-            failover_lag_ms=max((lag for _, lag in self.failovers), default=None),
             hz=scenario.hz,
             eviction=None
             if self.memory is None
             else Eviction(self.memory.maxmemory, self.memory.policy, self.memory.samples),
             eviction_rng=None if self.memory is None else self._rng("memory", 0),
+        )
+        self.server.readonly = sorted(
+            (
+                to_ms(f.at + f.duration),
+                NEVER_MS
+                if not f.at + f.duration + f.readonly <= scenario.horizon  # (inf included)
+                else to_ms(f.at + f.duration + f.readonly),
+            )
+            for f in scenario.faults
+            if isinstance(f, Outage) and f.readonly > 0
         )
         self.timer_phases = timer_phases or {}
         self.fault_last = tie_break is not None and tie_break.fault_last
@@ -162,7 +172,7 @@ class Simulation:
         if (
             not self.done.triggered
             and self.arrived == self.scenario.jobs
-            and self.server.settled == self.scenario.jobs
+            and self.server.settled + len(self.server.lost_jobs) == self.scenario.jobs
             and self.executing == 0
         ):
             self.done.succeed()
@@ -188,6 +198,8 @@ class Simulation:
 
     def _try_close(self, job_id: str) -> None:
         """Hand a settled job to the sink if none of its attempts can change any more (`Ledger.close_if_final`)."""
+        if self._failovers_left:
+            return  # a failover to come may undo its finish: the job stays open until it is past
         attempts = self.ledger.close_if_final(job_id, self._worker_dead)
         if attempts is None:
             return
@@ -292,9 +304,21 @@ class Simulation:
             self.worker_event(worker.wid, "reconnect", "resending queued commands")
 
     def _failover(self, at_ms: int, lag_ms: int):
-        """At `at_ms` Redis fails over to a replica that lacks the last `lag_ms` of lock writes."""
-        yield self.env.timeout(at_ms)
-        self.server.lose_lock_writes(at_ms - lag_ms)
+        """At `at_ms` Redis fails over to a replica that lacks every write of the last `lag_ms` (the window
+        is journaled from `at_ms - lag_ms`): a lost finish makes its job unsettled again (it runs again), a
+        lost add loses its job; streaming holds settled jobs open until the last failover is past."""
+        if at_ms - lag_ms > 0:
+            yield self.env.timeout(at_ms - lag_ms)
+        self.server.start_lag_window()  # (a window from before the run's start: at once, before any add)
+        yield self.env.timeout(at_ms - int(self.env.now))
+        for kind, job_id in self.server.fail_over():
+            if kind == "settled":
+                self._settled_open.discard(job_id)
+        self._failovers_left -= 1
+        if not self._failovers_left and self.job_sink is not None:
+            for job_id in list(self._settled_open):
+                self._try_close(job_id)
+        self._check_done()
 
     def _cache_writes(self, pressure: MemoryPressure):
         """The other tenant of a Redis under memory pressure: `SET cache:n <cache_bytes> PX cache_ttl` at

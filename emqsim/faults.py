@@ -119,9 +119,11 @@ class Outage:
     unanswered ones are resent once the client reconnects; reconnect attempts follow BullMQ's retry strategy
     (`reconnect_delay_ms`), so the client is back at the first attempt after the network is.
 
-    `lost_writes` > 0 makes it a failover to an asynchronous replica that lags that many seconds: the lock
-    writes (a take's `SET`, a renewal) Redis applied in the last `lost_writes` seconds before `at` are undone,
-    unless a later write changed the lock since (other writes are kept: a partial model of the lost tail).
+    `lost_writes` > 0 makes it a failover to an asynchronous replica that lags that many seconds: every write
+    Redis applied in the last `lost_writes` seconds before `at` is lost (the promoted replica has the data as
+    of `at - lost_writes`): a take's job is back in `wait` (its worker's finish is refused), a finish's job is
+    back in `active` with its lock (it runs again), an add's job is gone, a renewal's lock is back to its
+    earlier expiry, a sweep's moves are undone.
 
     `redis_restart` makes it Redis itself going down for `duration` and coming back with its data (a
     `SHUTDOWN` that saves, then a start that loads the file; expiries are absolute, so a lock whose time
@@ -132,7 +134,15 @@ class Outage:
     `duration`: a user-supplied ioredis client that gave up (`maxRetriesPerRequest`, 20 by default, then every
     command fails), or BullMQ's blocking client left "reconnecting" (bullmq#648, #2466, #4585). The worker
     stops fetching and renewing; its jobs' work goes on but their finishes never arrive, so the sweep takes
-    them back from a worker that is alive (`disconnected`)."""
+    them back from a worker that is alive (`disconnected`).
+
+    `readonly` > 0 (a failover, `lost_writes` > 0): the clients come back to the demoted primary, now a
+    replica, and every write of theirs (a take, a renewal, a finish, a sweep: all of BullMQ's calls write)
+    is refused with `READONLY` for `readonly` seconds from the network's return. ioredis hands the error to
+    the caller and stays connected (`reconnectOnError` is the user's, unset by default), so `readonly` is how
+    long until something else moves the clients (a Sentinel's switch, a killed connection); `math.inf` for
+    never. BullMQ 6 retries a refused take at once, keeps renewing a refused lock, and gives a refused finish
+    up (its moveToFailed is refused too): the job is reclaimed later. The producer is not affected."""
 
     at: float
     duration: float
@@ -140,6 +150,7 @@ class Outage:
     lost_writes: float = 0.0
     redis_restart: bool = False
     recovers: bool = True
+    readonly: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("at", "duration", "lost_writes"):
@@ -147,6 +158,13 @@ class Outage:
         require_whole("Outage.worker", self.worker, none=True)
         require_bool("Outage.redis_restart", self.redis_restart)
         require_bool("Outage.recovers", self.recovers)
+        require_number("Outage.readonly", self.readonly)
+        if not (self.readonly >= 0):
+            raise ConfigError(f"Outage.readonly must be >= 0 seconds, got {self.readonly}")
+        if self.readonly > 0 and self.lost_writes <= 0:
+            raise ConfigError(
+                "Outage.readonly is a failover's demoted primary: give lost_writes > 0 (the replica's lag)"
+            )
         if not (math.isfinite(self.at) and self.at >= 0):
             raise ConfigError(f"Outage.at must be >= 0 seconds, got {self.at}")
         if not (math.isfinite(self.lost_writes) and self.lost_writes >= 0):

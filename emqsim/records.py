@@ -22,7 +22,8 @@ from typing import Any, Literal
 # tests/golden/ pin the results of each schema, and the sweep cache keys on it, so a stale cache can never
 # serve numbers an older model produced. 5: run summaries hold `jobs_arrived` and per-job rates divide by it
 # (the jobs added before the run ended); run digests did not change. 6: the golden corpus holds the new
-# standard scenario memory-pressure (maxmemory eviction); no earlier run's digest changed.
+# standard scenarios memory-pressure, stuck-connection and failover; a failover (`Outage.lost_writes`) loses
+# every write of its lag window, not only lock writes (changes runs with lost_writes; none is in the corpus).
 RESULTS_SCHEMA = 6
 
 WorkerState = Literal["alive", "frozen", "blocked", "disconnected", "dead"]

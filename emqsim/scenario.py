@@ -252,6 +252,33 @@ def stuck_connection(
     )
 
 
+def failover(
+    at: float = 60.0,
+    downtime: float = 2.0,
+    lag: float = 1.0,
+    readonly: float = 10.0,
+    jobs: int = 20,
+    arrival_rate: float = 0.5,
+    duration: float = 20.0,
+    workers: int = 4,
+    horizon: float = 900.0,
+) -> Scenario:
+    """Redis fails over at `at` to an asynchronous replica `lag` seconds behind: every write of that last
+    `lag` s is lost (a take's job is back in `wait`, a finished job runs again, an added job is gone). The
+    clients, away `downtime` s, come back to the demoted primary and their writes fail with READONLY for
+    `readonly` s: renewals fail while the new primary's locks run out, finishes are given up (bullmq#648,
+    bull#2679, ioredis#1835)."""
+    return Scenario(
+        name="failover",
+        workers=workers,
+        jobs=jobs,
+        arrival_rate=arrival_rate,
+        duration=Fixed(duration),
+        faults=(Outage(at=at, duration=downtime, lost_writes=lag, readonly=readonly),),
+        horizon=horizon,
+    )
+
+
 def production(
     workers: int = 4,
     concurrency: int = 2,
@@ -303,6 +330,7 @@ STANDARD: dict[str, Callable[..., Scenario]] = {
     "production": production,
     "memory-pressure": memory_pressure,
     "stuck-connection": stuck_connection,
+    "failover": failover,
 }
 
 

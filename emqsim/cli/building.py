@@ -62,6 +62,11 @@ def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
         fail("--redis-restart", "needs --outage-at T and --outage-for X (Redis's downtime)")
     if get("redis_restart") and get("failover_lag") is not None:
         fail("--redis-restart", "a restart keeps its data: leave out --failover-lag (that is a failover)")
+    if get("readonly") is not None and get("failover_lag") is None:
+        fail(
+            "--readonly",
+            "needs --failover-lag S (and --outage-at/--outage-for): a demoted primary is a failover's",
+        )
     if get("never_reconnect") and get("outage_at") is None:
         fail(
             "--never-reconnect", "needs --outage-at T and --outage-for X (the outage it never recovers from)"
@@ -74,6 +79,7 @@ def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
                 lost_writes=get("failover_lag") or 0.0,
                 redis_restart=bool(get("redis_restart")),
                 recovers=not get("never_reconnect"),
+                readonly=get("readonly") or 0.0,
             )
         )
     if get("child_crash_after") is not None:

@@ -125,6 +125,10 @@ def add_fault_flags(p: argparse.ArgumentParser) -> None:
         help="... and it is Redis restarting with its data (the producer and the reaper are cut off too)",
     )  # fmt: skip
     g.add_argument(
+        "--readonly", type=seconds, metavar="S",
+        help="... and the clients come back to the demoted primary: their writes fail with READONLY for S s",
+    )  # fmt: skip
+    g.add_argument(
         "--never-reconnect", action="store_true",
         help="... and the workers' clients never recover (gave up, or left 'reconnecting') though Redis is back",
     )  # fmt: skip
