@@ -287,8 +287,7 @@ class EvictingKeyStore(KeyStore):
                 break
             if self.on_memory_evict is not None:
                 self.on_memory_evict(key, self._data[key], self._now)
-            super()._delete(key)
-            self._touched[key] = None
+            self._delete(key)  # (through any failover journal: a replica gets the eviction's DEL late)
             self._sync()
             evicted += 1
         self.evicted_keys += evicted
