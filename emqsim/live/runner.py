@@ -53,7 +53,7 @@ from emqsim.faults import (
 )
 from emqsim.keys import QueueKeys
 from emqsim.live.clockwatch import ClockWatch, Steadiness
-from emqsim.live.faults import FaultInjection
+from emqsim.live.faults import FaultInjection, memory_pressure
 from emqsim.live.lua import key_names
 from emqsim.live.records import Proc, build_run
 from emqsim.live.scripts import LuaQueue
@@ -188,6 +188,7 @@ class LiveRun(FaultInjection):
         self.first_taken: set[str] = set()
         self.synthetic_takes: list[dict[str, Any]] = []
         self.evictions: list[tuple[float, str]] = []
+        self.memory_evictions: list[tuple[float, str]] = []  # keys maxmemory evicted (MemoryPressure)
         self.resident_peak = 0
         self.selector = selectors.DefaultSelector()
         self.tmpdir: Path | None = None
@@ -504,7 +505,7 @@ class LiveRun(FaultInjection):
     def open_redis(self) -> None:
         if self.redis_url is None:
             self.server = PrivateRedis(
-                "--hz", str(self.scenario.hz), "--notify-keyspace-events", "Ex"
+                "--hz", str(self.scenario.hz), "--notify-keyspace-events", "ExKe"
             ).start()
             self.url = self.server.url
             self.client = self.server.client()
@@ -525,13 +526,20 @@ class LiveRun(FaultInjection):
         self.restart_watcher = lambda: self.watch_evictions(stop)
         pubsub = self.server.client().pubsub(ignore_subscribe_messages=True)
         pubsub.subscribe("__keyevent@0__:expired")
+        # maxmemory evictions of the queue's own keys only (keyspace form): a subscription to every evicted
+        # key would fill this client's output buffer, which counts as used memory, and feed the eviction
+        pubsub.psubscribe(f"__keyspace@0__:{self.prefix}*")
 
         def listen() -> None:
             try:
                 while not stop.is_set():
                     msg = pubsub.get_message(timeout=0.05)
-                    if msg is not None:
+                    if msg is None:
+                        continue
+                    if msg["type"] == "message":  # __keyevent@0__:expired: the key is the data
                         self.evictions.append((time.time(), msg["data"]))
+                    elif msg["data"] == "evicted":  # a queue key's keyspace event: the key is in the channel
+                        self.memory_evictions.append((time.time(), msg["channel"].split(":", 1)[1]))
             except redis.RedisError:
                 pass
             finally:
@@ -666,6 +674,7 @@ class LiveRun(FaultInjection):
                 )
         for wid in range(scenario.workers):
             self.random_faults(wid, self.t0)
+        memory_pressure(self, self.t0)
         for window in self.restarts:
             begin, up, _ = self.real_window(window)
             self.at(begin, self.redis_stop)
