@@ -61,3 +61,32 @@ def test_a_real_redis_server_evicts_live_workers_locks_as_the_simulator_predicts
     low, high = wilson(k, n)
     print(f"attempts that lost their lock: live {k}/{n} [{low:.2f}, {high:.2f}], simulator {predicted:.2f}")
     assert low <= predicted <= high, (k, n, predicted)
+
+
+def test_a_live_client_that_never_recovers_loses_its_job_as_the_simulator_says(need_redis, steady_live):
+    """Issue 25 item 1 live: worker 0's connection drops at 2 s and never comes back (the outage's windows
+    are the simulator's, `never_recovers`); its job's lease lapses and the job is reclaimed from it while it is
+    alive (`disconnected`), then completed by worker 1, as in the simulator."""
+    from emqsim.faults import Outage
+
+    scenario = Scenario(
+        name="stuck-live",
+        workers=2,
+        jobs=2,
+        duration=Fixed(6.0),
+        faults=(Outage(at=2.0, duration=1.0, worker=0, recovers=False),),
+        horizon=60,
+    )
+    live = steady_live(scenario, POLICY, time_scale=SCALE, seed=0)
+    sim = simulate(scenario, POLICY, seed=0)
+    for run in (live, sim):
+        stuck = [a for a in run.attempts if a.worker == 0]
+        assert stuck and all(a.finish_applied_at is None for a in stuck)
+        assert [a.worker_state_at_reclaim for a in stuck if a.reclaimed_at is not None] == ["disconnected"]
+        assert run.final_state["completed"] == 2
+        assert not [e for e in run.worker_events if e.worker == 0 and e.kind == "reconnect"]
+    live_at = next(a.reclaimed_at for a in live.attempts if a.reclaimed_at is not None)
+    sim_at = next(a.reclaimed_at for a in sim.attempts if a.reclaimed_at is not None)
+    assert (
+        abs(live_at - sim_at) <= 0.75 + POLICY.sweep_interval_ms / 1000
+    )  # the live tests' margin plus a scan

@@ -39,6 +39,7 @@ import redis
 
 from emqsim.errors import ConfigError
 from emqsim.faults import (
+    NEVER_MS,
     Block,
     ChildCrash,
     Crash,
@@ -46,6 +47,7 @@ from emqsim.faults import (
     Outage,
     OutageWindow,
     disconnect_detail,
+    never_recovers,
     outage_spans,
     outage_windows,
     overlaps_restart,
@@ -314,15 +316,23 @@ class LiveRun(FaultInjection):
             to_ms(self.scenario.horizon),
             lambda: self._rng("faults", wid, 3),
         )
+        windows = never_recovers(windows, self.scenario.faults, wid, restarted)  # Outage(recovers=False)
         real = []
         for begin_ms, up_ms, back_ms in windows:
-            begin, up, back = self.real_window((begin_ms, up_ms, back_ms))
+            begin, up, back = self.real_window((begin_ms, up_ms, min(back_ms, up_ms)))
+            if back_ms >= NEVER_MS:  # never back: past the run's end, so the worker's client waits it out
+                back = self.t0 + self.scenario.horizon * self.scale + 86_400.0
+            else:
+                back = self.real_window((begin_ms, up_ms, back_ms))[2]
             real.append((begin, up, back))
             wait = (back_ms - up_ms) / 1000
             detail = disconnect_detail((begin_ms, up_ms, back_ms), self.restarts)
             self.connection_event(proc, wid, begin, "disconnect", detail)
             if not self.redis_down_within(begin, back):  # a restart closes every connection itself
                 self.at(begin, lambda w=wid, p=proc: self.drop_connections(p, w))
+            if back_ms >= NEVER_MS:  # the client never recovers: it stays cut off
+                self.connection_event(proc, wid, up, "network_up", "the client never reconnects")
+                continue
             self.connection_event(proc, wid, up, "network_up", f"reconnect in {wait:g} s")
             self.connection_event(proc, wid, back, "reconnect", "resending queued commands")
         proc.outages = [(begin, back) for begin, _, back in real]
