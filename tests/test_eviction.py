@@ -256,3 +256,29 @@ def test_memory_pressure_from_toml_and_flags(tmp_path) -> None:
         text=True,
     )
     assert bad.returncode == 2 and "--maxmemory" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_random_eviction_probability_is_the_stores_draw() -> None:
+    """analytic.random_eviction_probability against the store: V keys with a TTL fill the memory, one more
+    write evicts one of them uniformly, so a given key survives n evictions with (1 - 1/V)^n."""
+    from emqsim.analytic import random_eviction_probability
+
+    volatile, writes, trials = 30, 20, 200
+    evicted = 0
+    for trial in range(trials):
+        store = _store("volatile-random", maxmemory=volatile * key_bytes("c:0000", VALUE, True), seed=trial)
+        for i in range(volatile):
+            store.set(f"c:{i:04d}", VALUE, px=10**9)
+        store.set("lock", VALUE, px=10**9)  # the lock: the same size as a cache key, so each write evicts one
+        for i in range(writes):
+            store.perform_evictions()
+            store.set(f"n:{i:04d}", VALUE, px=10**9)
+        store.perform_evictions()
+        evicted += store.execute("EXISTS", "lock") == 0
+    # writes + 1 evictions (the last check too), each among the V cache keys and the lock
+    p = random_eviction_probability(hold=writes + 1, evictions_per_s=1.0, volatile_keys=volatile + 1)
+    half = 3 * np.sqrt(p * (1 - p) / trials)
+    assert abs(evicted / trials - p) <= half, (evicted, trials, p)
+    assert (
+        random_eviction_probability(0.0, 5.0, 10) == 0.0 and random_eviction_probability(1.0, 1.0, 1) == 1.0
+    )
