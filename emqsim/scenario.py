@@ -200,10 +200,10 @@ def memory_pressure(
     policy: str = "volatile-lru",
     cache_rate: float = 25.0,
     cache_bytes: int = 1000,
-    jobs: int = 20,
+    jobs: int = 12,
     duration: float = 60.0,
     workers: int = 4,
-    horizon: float = 3600.0,
+    horizon: float = 600.0,
 ) -> Scenario:
     """Redis with `maxmemory` bytes and a `volatile-*` policy, shared with a cache writing `cache_rate` keys
     a second of `cache_bytes` bytes with a TTL: once the memory is full every cache write evicts a key with a

@@ -147,8 +147,9 @@ def add_fault_flags(p: argparse.ArgumentParser) -> None:
         help="Redis's maxmemory, shared with a cache writing --cache-rate keys/s (locks can be evicted)",
     )  # fmt: skip
     g.add_argument(
-        "--maxmemory-policy", choices=POLICIES, help="... its maxmemory-policy (default volatile-lru)"
-    )
+        "--maxmemory-policy", choices=POLICIES, metavar="POLICY",
+        help=f"... its maxmemory-policy: {', '.join(POLICIES)} (default volatile-lru)",
+    )  # fmt: skip
     g.add_argument(
         "--cache-rate", type=rate, metavar="R", help="... the cache's writes a second (default 25)"
     )
