@@ -90,3 +90,11 @@ def test_a_live_client_that_never_recovers_loses_its_job_as_the_simulator_says(n
     assert (
         abs(live_at - sim_at) <= 0.75 + POLICY.sweep_interval_ms / 1000
     )  # the live tests' margin plus a scan
+
+
+def test_memory_pressure_on_someone_elses_redis_is_refused() -> None:
+    from emqsim.errors import ConfigError
+    from emqsim.live import LiveRun
+
+    with pytest.raises(ConfigError, match="maxmemory only on its own private redis-server"):
+        LiveRun(SCENARIO, POLICY, time_scale=SCALE, redis_url="redis://localhost:6379/15")

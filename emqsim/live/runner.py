@@ -44,6 +44,7 @@ from emqsim.faults import (
     ChildCrash,
     Crash,
     Freeze,
+    MemoryPressure,
     Outage,
     OutageWindow,
     disconnect_detail,
@@ -161,6 +162,11 @@ class LiveRun(FaultInjection):
             raise ConfigError(
                 "live mode restarts only its own private redis-server (Outage redis_restart), never the one at "
                 f"{redis_url}: leave out the Redis URL, or the restart (emqsim live --without-outages)"
+            )
+        if redis_url is not None and any(isinstance(f, MemoryPressure) for f in scenario.faults):
+            raise ConfigError(
+                "live mode sets maxmemory only on its own private redis-server (MemoryPressure), never on the "
+                f"one at {redis_url}: leave out the Redis URL, or the memory pressure"
             )
         self.redis_down = False  # the private server is down (between a restart's SHUTDOWN and its start)
         self.after_restart: list[Callable[[], None]] = []  # Redis reads that waited for it to be back
