@@ -708,3 +708,15 @@ def partition_lapse_probability(
     """P(lapse) for a silent partition of D s at a uniformly random moment: the freeze formula at R_P(D)."""
     recovery = partition_recovery(partition, give_up=give_up)
     return freeze_lapse_probability(lease, renewal, recovery, rtt=rtt, resolution=resolution)
+def random_eviction_probability(hold: float, evictions_per_s: float, volatile_keys: float) -> float:
+    """P(a lock held `hold` s is evicted) under maxmemory with `volatile-random` (or `allkeys-random` with
+    `volatile_keys` all keys), once the memory is full: each eviction draws one of the V candidate keys
+    uniformly (evict.c's `dictGetRandomKey`), so a given lock survives n evictions with (1 - 1/V)^n; at E
+    evictions a second that is 1 - (1 - 1/V)^(E h). With a cache writing keys of one size and locks much
+    smaller, E is about the cache's write rate and V the cache keys that fit plus the locks. The LRU/LFU/TTL
+    policies rank keys instead (the sampled pool): no closed form here."""
+    if hold < 0 or evictions_per_s < 0 or volatile_keys < 1:
+        raise ValueError("hold and evictions_per_s must be >= 0 and volatile_keys >= 1")
+    if volatile_keys == 1:
+        return 1.0 if evictions_per_s * hold > 0 else 0.0
+    return float(-math.expm1(evictions_per_s * hold * math.log1p(-1.0 / volatile_keys)))

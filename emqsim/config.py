@@ -13,7 +13,9 @@ from typing import Any
 
 from emqsim.distributions import Distribution, parse_distribution
 from emqsim.errors import ConfigError
-from emqsim.faults import Block, ChildCrash, Crash, Freeze, Network, Outage, Partition, RandomFaults
+from emqsim.faults import (
+    Block, ChildCrash, Crash, Freeze, MemoryPressure, Network, Outage, Partition, RandomFaults,
+)  # fmt: skip
 from emqsim.fileio import read_regular_text
 from emqsim.policies import LeasePolicy, ReclaimPolicy, TimeoutPolicy
 from emqsim.presets import PRESETS, preset
@@ -26,15 +28,17 @@ SCENARIO_KEYS = {
 }  # fmt: skip
 FAULT_KEYS = {
     "kind", "worker", "at", "job", "after", "duration", "restart_after", "lost_writes", "redis_restart",
-    "give_up", "connect_timeout", "retransmit",
+    "give_up", "connect_timeout", "retransmit", "maxmemory", "policy", "samples", "cache_rate", "cache_bytes",
+    "cache_ttl", "recovers", "readonly",
 }  # fmt: skip
+MEMORY_KEYS = ("maxmemory", "policy", "samples", "cache_rate", "cache_bytes", "cache_ttl")
 RANDOM_KEYS = {
     "crash_rate", "restart_after", "freeze_rate", "freeze_duration", "block_rate", "block_duration",
     "outage_rate", "outage_duration",
 }  # fmt: skip
 FAULT_KINDS = {
     "crash": Crash, "freeze": Freeze, "block": Block, "outage": Outage, "child_crash": ChildCrash,
-    "partition": Partition,
+    "partition": Partition, "memory_pressure": MemoryPressure,
 }  # fmt: skip
 NETWORK_KEYS = {"rtt", "loss", "loss_on", "command_timeout", "resend_twice"}
 POLICY_KEYS = {
@@ -288,15 +292,28 @@ def _scenario(table: Any, where: _Located) -> Scenario:
             ("give_up", "partition"),
             ("connect_timeout", "partition"),
             ("retransmit", "partition"),
+            ("recovers", "outage"),
+            ("readonly", "outage"),
         ):
             if key in fault and kind != owner:
                 raise where.error(
                     f"{name}.{key}", f"only a{'n' if owner[0] == 'o' else ''} {owner} has {key}"
                 )
+        if "recovers" in fault and not isinstance(fault["recovers"], bool):
+            raise where.error(f"{name}.recovers", f"must be true or false, got {fault['recovers']!r}")
         if "redis_restart" in fault and not isinstance(fault["redis_restart"], bool):
             raise where.error(
                 f"{name}.redis_restart", f"must be true or false, got {fault['redis_restart']!r}"
             )
+        for key in MEMORY_KEYS:
+            if key in fault and kind != "memory_pressure":
+                raise where.error(f"{name}.{key}", f"only a memory_pressure has {key}")
+        if kind == "memory_pressure":
+            for key in ("worker", "at", "job", "after"):
+                if key in fault:
+                    raise where.error(f"{name}.{key}", "a memory_pressure is Redis's for the whole run")
+            if "maxmemory" not in fault:
+                raise where.error(f"{name}.kind", "a memory_pressure needs maxmemory = bytes")
         if kind == "child_crash" and ("worker" in fault or "at" in fault):
             raise where.error(f"{name}.kind", "a child_crash hits a job: use job = N and after = seconds")
         faults.append(_build(FAULT_KINDS[kind], f"{name}.kind", where, fault))

@@ -20,14 +20,17 @@ import simpy
 
 from emqsim.errors import require_instance, require_whole
 from emqsim.faults import (
+    NEVER_MS,
     Block,
     ChildCrash,
     Crash,
     Freeze,
+    MemoryPressure,
     Outage,
     OutageWindow,
     as_distribution,
     disconnect_detail,
+    never_recovers,
     outage_spans,
     outage_windows,
     redis_down_windows,
@@ -39,6 +42,7 @@ from emqsim.records import Attempt, Run, WorkerEvent, with_expiries
 from emqsim.scenario import Scenario
 from emqsim.seeds import stream
 from emqsim.server import Server, TieBreak
+from emqsim.store.eviction import Eviction
 from emqsim.units import to_ms, to_ms_array
 from emqsim.worker import DEAD, Reaper, Worker
 
@@ -93,6 +97,9 @@ class Simulation:
             for f in scenario.faults
             if isinstance(f, Outage) and f.lost_writes
         )
+        pressure = [f for f in scenario.faults if isinstance(f, MemoryPressure)]
+        self.memory: MemoryPressure | None = pressure[-1] if pressure else None
+        self._failovers_left = len(self.failovers)
         self.env = simpy.Environment()
         self.ledger = Ledger(record_locks=record_locks and job_sink is None, streaming=job_sink is not None)
         self.server = Server(
@@ -104,8 +111,21 @@ class Simulation:
             self,
             remove_on_complete=scenario.remove_on_complete,
             tie_break=tie_break,
-            failover_lag_ms=max((lag for _, lag in self.failovers), default=None),
             hz=scenario.hz,
+            eviction=None
+            if self.memory is None
+            else Eviction(self.memory.maxmemory, self.memory.policy, self.memory.samples),
+            eviction_rng=None if self.memory is None else self._rng("memory", 0),
+        )
+        self.server.readonly = sorted(
+            (
+                to_ms(f.at + f.duration),
+                NEVER_MS
+                if not f.at + f.duration + f.readonly <= scenario.horizon  # (inf included)
+                else to_ms(f.at + f.duration + f.readonly),
+            )
+            for f in scenario.faults
+            if isinstance(f, Outage) and f.readonly > 0
         )
         self.timer_phases = timer_phases or {}
         self.fault_last = tie_break is not None and tie_break.fault_last
@@ -152,7 +172,7 @@ class Simulation:
         if (
             not self.done.triggered
             and self.arrived == self.scenario.jobs
-            and self.server.settled == self.scenario.jobs
+            and self.server.settled + len(self.server.lost_jobs) == self.scenario.jobs
             and self.executing == 0
         ):
             self.done.succeed()
@@ -178,6 +198,8 @@ class Simulation:
 
     def _try_close(self, job_id: str) -> None:
         """Hand a settled job to the sink if none of its attempts can change any more (`Ledger.close_if_final`)."""
+        if self._failovers_left:
+            return  # a failover to come may undo its finish: the job stays open until it is past
         attempts = self.ledger.close_if_final(job_id, self._worker_dead)
         if attempts is None:
             return
@@ -251,7 +273,7 @@ class Simulation:
 
     def _outage_windows(self, worker: Worker, start_ms: int, restarted: bool) -> list[OutageWindow]:
         """The worker's connection outages (`emqsim.faults.outage_windows`, which the live mode uses too)."""
-        return outage_windows(
+        windows = outage_windows(
             self.outages,
             worker.wid,
             start_ms,
@@ -260,6 +282,7 @@ class Simulation:
             to_ms(self.scenario.horizon),
             lambda: self._rng("faults", worker.wid, 3),
         )
+        return never_recovers(windows, self.scenario.faults, worker.wid, restarted)
 
     def _connection_events(self, worker: Worker, windows: list[tuple[int, int, int]]):
         """Records only: when the worker's connection dropped, the network came back, and it reconnected."""
@@ -271,6 +294,9 @@ class Simulation:
             yield self.env.timeout(up - begin)
             if worker.state == DEAD:
                 return
+            if back >= NEVER_MS:
+                self.worker_event(worker.wid, "network_up", "the client never reconnects")
+                return
             self.worker_event(worker.wid, "network_up", f"reconnect in {(back - up) / 1000:g} s")
             yield self.env.timeout(back - up)
             if worker.state == DEAD:
@@ -278,9 +304,35 @@ class Simulation:
             self.worker_event(worker.wid, "reconnect", "resending queued commands")
 
     def _failover(self, at_ms: int, lag_ms: int):
-        """At `at_ms` Redis fails over to a replica that lacks the last `lag_ms` of lock writes."""
-        yield self.env.timeout(at_ms)
-        self.server.lose_lock_writes(at_ms - lag_ms)
+        """At `at_ms` Redis fails over to a replica that lacks every write of the last `lag_ms` (the window
+        is journaled from `at_ms - lag_ms`): a lost finish makes its job unsettled again (it runs again), a
+        lost add loses its job; streaming holds settled jobs open until the last failover is past."""
+        if at_ms - lag_ms > 0:
+            yield self.env.timeout(at_ms - lag_ms)
+        self.server.start_lag_window()  # (a window from before the run's start: at once, before any add)
+        yield self.env.timeout(at_ms - int(self.env.now))
+        for kind, job_id in self.server.fail_over():
+            if kind == "settled":
+                self._settled_open.discard(job_id)
+        self._failovers_left -= 1
+        if not self._failovers_left and self.job_sink is not None:
+            for job_id in list(self._settled_open):
+                self._try_close(job_id)
+        self._check_done()
+
+    def _cache_writes(self, pressure: MemoryPressure):
+        """The other tenant of a Redis under memory pressure: `SET cache:n <cache_bytes> PX cache_ttl` at
+        Poisson times (`cache_rate` a second, drawn from the run's "memory" stream)."""
+        rng = self._rng("memory", 1)
+        value = "x" * pressure.cache_bytes
+        ttl_ms = max(1, to_ms(pressure.cache_ttl))
+        mean_gap_s = 1.0 / pressure.cache_rate
+        n = 0
+        while True:
+            for gap in to_ms_array(rng.exponential(mean_gap_s, 1024)).tolist():
+                yield self.env.timeout(max(1, gap))
+                self.server.cache_write(f"cache:{n}", value, ttl_ms)
+                n += 1
 
     def _arrivals(self, works_ms: np.ndarray):
         rate = self.scenario.arrival_rate
@@ -402,6 +454,8 @@ class Simulation:
         for at_ms, lag_ms in self.failovers:
             self.env.process(self._failover(at_ms, lag_ms))
         self.env.process(self._arrivals(works_ms))
+        if self.memory is not None and self.memory.cache_rate > 0:
+            self.env.process(self._cache_writes(self.memory))
         self.env.process(self.server.expire_cycle())
         horizon = self.env.timeout(to_ms(scenario.horizon))
         self.env.run(until=self.env.any_of([self.done, horizon]))

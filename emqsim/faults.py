@@ -119,26 +119,52 @@ class Outage:
     unanswered ones are resent once the client reconnects; reconnect attempts follow BullMQ's retry strategy
     (`reconnect_delay_ms`), so the client is back at the first attempt after the network is.
 
-    `lost_writes` > 0 makes it a failover to an asynchronous replica that lags that many seconds: the lock
-    writes (a take's `SET`, a renewal) Redis applied in the last `lost_writes` seconds before `at` are undone,
-    unless a later write changed the lock since (other writes are kept: a partial model of the lost tail).
+    `lost_writes` > 0 makes it a failover to an asynchronous replica that lags that many seconds: every write
+    Redis applied in the last `lost_writes` seconds before `at` is lost (the promoted replica has the data as
+    of `at - lost_writes`): a take's job is back in `wait` (its worker's finish is refused), a finish's job is
+    back in `active` with its lock (it runs again), an add's job is gone, a renewal's lock is back to its
+    earlier expiry, a sweep's moves are undone.
 
     `redis_restart` makes it Redis itself going down for `duration` and coming back with its data (a
     `SHUTDOWN` that saves, then a start that loads the file; expiries are absolute, so a lock whose time
     passed meanwhile is gone): every client is cut off, the producer's adds and the timeout reaper too, not
-    only the workers (a plain outage of every worker is a network blip on the workers' side)."""
+    only the workers (a plain outage of every worker is a network blip on the workers' side).
+
+    `recovers=False` makes the workers' clients never come back, though Redis and the network are back after
+    `duration`: a user-supplied ioredis client that gave up (`maxRetriesPerRequest`, 20 by default, then every
+    command fails), or BullMQ's blocking client left "reconnecting" (bullmq#648, #2466, #4585). The worker
+    stops fetching and renewing; its jobs' work goes on but their finishes never arrive, so the sweep takes
+    them back from a worker that is alive (`disconnected`).
+
+    `readonly` > 0 (a failover, `lost_writes` > 0): the clients come back to the demoted primary, now a
+    replica, and every write of theirs (a take, a renewal, a finish, a sweep: all of BullMQ's calls write)
+    is refused with `READONLY` for `readonly` seconds from the network's return. ioredis hands the error to
+    the caller and stays connected (`reconnectOnError` is the user's, unset by default), so `readonly` is how
+    long until something else moves the clients (a Sentinel's switch, a killed connection); `math.inf` for
+    never. BullMQ 6 retries a refused take at once, keeps renewing a refused lock, and gives a refused finish
+    up (its moveToFailed is refused too): the job is reclaimed later. The producer is not affected."""
 
     at: float
     duration: float
     worker: int | None = None
     lost_writes: float = 0.0
     redis_restart: bool = False
+    recovers: bool = True
+    readonly: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("at", "duration", "lost_writes"):
             require_number(f"Outage.{name}", getattr(self, name))
         require_whole("Outage.worker", self.worker, none=True)
         require_bool("Outage.redis_restart", self.redis_restart)
+        require_bool("Outage.recovers", self.recovers)
+        require_number("Outage.readonly", self.readonly)
+        if not (self.readonly >= 0):
+            raise ConfigError(f"Outage.readonly must be >= 0 seconds, got {self.readonly}")
+        if self.readonly > 0 and self.lost_writes <= 0:
+            raise ConfigError(
+                "Outage.readonly is a failover's demoted primary: give lost_writes > 0 (the replica's lag)"
+            )
         if not (math.isfinite(self.at) and self.at >= 0):
             raise ConfigError(f"Outage.at must be >= 0 seconds, got {self.at}")
         if not (math.isfinite(self.lost_writes) and self.lost_writes >= 0):
@@ -289,6 +315,33 @@ def reconnect_after_ms(down_ms: int) -> int:
 
 _MAX_RECONNECT_DELAY_MS = 20000  # reconnect_delay_ms's cap, reached at attempt 10 (e^10 > 20000)
 
+NEVER_MS = 2**62  # the reconnect time of a client that never recovers (`Outage(recovers=False)`)
+
+
+def never_recovers(
+    windows: list[OutageWindow], faults: Iterable[object], wid: int, restarted: bool
+) -> list[OutageWindow]:
+    """Worker `wid`'s outage `windows` with the first outage that does not recover (`Outage(recovers=False)`
+    for it or for everyone) ending in no reconnect at all: that window's reconnect is `NEVER_MS`, and later
+    windows are dropped (the client is gone for good). A replacement worker (`restarted`) starts afresh."""
+    stuck = [
+        to_ms(f.at)
+        for f in faults
+        if isinstance(f, Outage)
+        and not f.recovers
+        and (f.worker is None or (f.worker == wid and not restarted))
+    ]
+    if not stuck:
+        return windows
+    at = min(stuck)
+    out: list[OutageWindow] = []
+    for begin, up, back in windows:
+        if begin <= at < back:
+            out.append((begin, up, NEVER_MS))
+            break
+        out.append((begin, up, back))
+    return out
+
 
 # (at, length) in ms, the worker (None: every worker), and for a `Partition` the ms from `at` until traffic
 # flows again (None: an outage, back at BullMQ's reconnect backoff from `at`)
@@ -298,8 +351,8 @@ OutageWindow = tuple[int, int, int]  # (disconnected, network back, reconnected)
 
 def outage_spans(faults: Iterable[object]) -> list[OutageSpan]:
     """A scenario's explicit outages and silent partitions as (at, length, worker or None, recovery or
-    None) in ms, in time order."""
-    return sorted(
+    None) in ms, in time order (an everyone-outage before a one-worker outage at the same moment)."""
+    spans = [
         (
             to_ms(f.at),
             to_ms(f.duration),
@@ -308,6 +361,9 @@ def outage_spans(faults: Iterable[object]) -> list[OutageSpan]:
         )
         for f in faults
         if isinstance(f, Outage)
+    ]
+    return sorted(
+        spans, key=lambda s: (s[0], s[1], -1 if s[2] is None else s[2], -1 if s[3] is None else s[3])
     )
 
 
@@ -440,3 +496,48 @@ class Network:
             raise ConfigError(f"network loss_on must be 'renewals' or 'all', got {self.loss_on!r}")
         if not (self.command_timeout > 0):
             raise ConfigError(f"network command_timeout must be > 0 seconds, got {self.command_timeout}")
+
+
+@dataclass(frozen=True)
+class MemoryPressure:
+    """Redis runs with `maxmemory` bytes and `policy` (`maxmemory-policy`, sampling `samples` keys) and
+    shares its memory with another tenant, a cache that writes `cache_rate` keys a second (a Poisson
+    stream from the run's "memory" stream) of `cache_bytes` bytes each with a TTL of `cache_ttl` seconds.
+    Once the memory is full, Redis evicts before each command (Redis 7's sampled approximate LRU/LFU/TTL,
+    `emqsim.store.eviction`); under a `volatile-*` policy the candidates are the keys with a TTL: the cache's
+    and the queue's locks. A lock evicted from a live worker is recorded as `memory_evicted`; its renewals
+    fail from then on and the stalled sweep reclaims the job (BullMQ only warns about the policy)."""
+
+    maxmemory: int
+    policy: str = "volatile-lru"
+    samples: int = 5
+    cache_rate: float = 0.0
+    cache_bytes: int = 1000
+    cache_ttl: float = 3600.0
+
+    def __post_init__(self) -> None:
+        from emqsim.store.eviction import POLICIES
+
+        for name in ("maxmemory", "samples", "cache_bytes"):
+            require_whole(f"MemoryPressure.{name}", getattr(self, name))
+        require_number("MemoryPressure.cache_rate", self.cache_rate)
+        require_number("MemoryPressure.cache_ttl", self.cache_ttl)
+        if self.maxmemory < 1:
+            raise ConfigError(f"MemoryPressure.maxmemory must be >= 1 byte, got {self.maxmemory}")
+        if self.policy not in POLICIES:
+            raise ConfigError(
+                f"MemoryPressure.policy must be one of {', '.join(POLICIES)}, got {self.policy!r}"
+            )
+        if not 1 <= self.samples <= 64:
+            raise ConfigError(
+                f"MemoryPressure.samples must be in 1..64 (maxmemory-samples), got {self.samples}"
+            )
+        if not (math.isfinite(self.cache_rate) and self.cache_rate >= 0):
+            raise ConfigError(f"MemoryPressure.cache_rate must be >= 0 keys a second, got {self.cache_rate}")
+        if self.cache_bytes < 0:
+            raise ConfigError(f"MemoryPressure.cache_bytes must be >= 0, got {self.cache_bytes}")
+        if not (math.isfinite(self.cache_ttl) and self.cache_ttl >= 0.001):
+            raise ConfigError(f"MemoryPressure.cache_ttl must be >= 0.001 seconds, got {self.cache_ttl}")
+
+    worker = None  # memory pressure is Redis's, not a worker's
+    job = None

@@ -20,10 +20,12 @@ from emqsim.store import KeyStore
 MISSING_LOCK = -2
 NOT_IN_ACTIVE = -3
 LOCK_MISMATCH = -6
+READONLY = -100  # not a script's code: Redis refused the call (a demoted primary, `Outage.readonly`)
 FINISH_ERRORS = {
     MISSING_LOCK: "Missing lock for job {id}",
     NOT_IN_ACTIVE: "Job {id} is not in the active state",
     LOCK_MISMATCH: "Lock mismatch for job {id}",
+    READONLY: "READONLY You can't write against a read only replica.",
 }
 
 

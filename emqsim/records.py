@@ -22,7 +22,10 @@ from typing import Any, Literal
 # tests/golden/ pin the results of each schema, and the sweep cache keys on it, so a stale cache can never
 # serve numbers an older model produced. 5: run summaries hold `jobs_arrived` and per-job rates divide by it
 # (the jobs added before the run ended); run digests did not change. 6: the `bullmq` preset's finish takes
-# the slot's next job in the same step (`fetch_next`, BullMQ's moveToFinished), so its runs change.
+# the slot's next job in the same step (`fetch_next`, BullMQ's moveToFinished), so its runs change; the golden
+# corpus holds the new standard scenarios (memory-pressure, stuck-connection, failover, finish-takes-next,
+# child-crash, silent-partition, resent-finish); a failover (`Outage.lost_writes`) loses every write of its lag
+# window, not only lock writes (changes runs with lost_writes; none was in the corpus).
 RESULTS_SCHEMA = 6
 
 WorkerState = Literal["alive", "frozen", "blocked", "disconnected", "dead"]
@@ -92,7 +95,9 @@ class LockEvent:
     time: float
     job: str
     token: str | None
-    kind: str  # set, renewed, renew_failed, renew_lost, released, deleted, expired, evicted, lost_in_failover
+    # kind: set, renewed, renew_failed, renew_lost, released, deleted, expired, evicted, lost_in_failover,
+    # memory_evicted (maxmemory evicted the lock while it was live: `evicted` is an expired lock's removal)
+    kind: str
     expires_at: float | None = None
     detail: str = ""
 
@@ -176,7 +181,7 @@ def with_expiries(events: list[LockEvent], end: float, one_ms: float = 0.001) ->
         if event.kind in ("set", "renewed"):
             lapse(last.get(key), event.time)
             last[key] = event
-        elif event.kind in ("released", "deleted"):
+        elif event.kind in ("released", "deleted", "memory_evicted"):
             last.pop(key, None)
         elif event.kind == "lost_in_failover":  # the lock is back to its earlier expiry, or gone
             if event.expires_at is None:

@@ -18,6 +18,7 @@ from emqsim.faults import (  # noqa: F401
     ChildCrash,
     Crash,
     Freeze,
+    MemoryPressure,
     Network,
     Outage,
     Partition,
@@ -52,7 +53,7 @@ class Scenario:
     jobs: int = 1
     arrival_rate: float | None = None
     duration: Distribution = Fixed(60.0)
-    faults: tuple[Crash | Freeze | Block | Outage | ChildCrash, ...] = ()
+    faults: tuple[Crash | Freeze | Block | Outage | ChildCrash | MemoryPressure, ...] = ()
     random_faults: RandomFaults | None = None
     network: Network = field(default_factory=Network)
     phases: Literal["random", "aligned"] = "random"
@@ -73,8 +74,8 @@ class Scenario:
         )
         for index, fault in enumerate(self.faults):
             require_instance(
-                f"Scenario.faults[{index}]", fault, (Crash, Freeze, Block, Outage, ChildCrash),
-                "a Crash, Freeze, Block, Outage or ChildCrash",
+                f"Scenario.faults[{index}]", fault, (Crash, Freeze, Block, Outage, ChildCrash, MemoryPressure),
+                "a Crash, Freeze, Block, Outage, ChildCrash or MemoryPressure",
             )  # fmt: skip
         if self.random_faults is not None:
             require_instance(
@@ -101,6 +102,8 @@ class Scenario:
             raise ConfigError(f"remove_on_complete must be true or false, got {self.remove_on_complete!r}")
         if not isinstance(self.hz, int) or not 1 <= self.hz <= 500:
             raise ConfigError(f"hz must be a whole number in 1..500 (Redis's range), got {self.hz!r}")
+        if sum(isinstance(f, MemoryPressure) for f in self.faults) > 1:
+            raise ConfigError("a scenario has at most one MemoryPressure (Redis has one maxmemory)")
         for fault in self.faults:
             if fault.worker is not None and fault.worker >= self.workers:
                 raise ConfigError(
@@ -192,6 +195,90 @@ def flaky_network(
         duration=Fixed(duration),
         faults=() if outage_at is None else (Outage(at=outage_at, duration=outage_for),),
         network=Network(loss=loss),
+        horizon=horizon,
+    )
+
+
+def memory_pressure(
+    maxmemory: int = 1_300_000,
+    policy: str = "volatile-lru",
+    cache_rate: float = 25.0,
+    cache_bytes: int = 1000,
+    jobs: int = 12,
+    duration: float = 60.0,
+    workers: int = 4,
+    horizon: float = 600.0,
+) -> Scenario:
+    """Redis with `maxmemory` bytes and a `volatile-*` policy, shared with a cache writing `cache_rate` keys
+    a second of `cache_bytes` bytes with a TTL: once the memory is full every cache write evicts a key with a
+    TTL, and a lock idle longer than most cache keys is the one the sampled LRU picks. A live worker loses
+    its lock, its renewals fail and the sweep hands its job to another worker (bullmq#2215, #1506)."""
+    return Scenario(
+        name="memory-pressure",
+        workers=workers,
+        jobs=jobs,
+        duration=Fixed(duration),
+        faults=(
+            MemoryPressure(
+                maxmemory=maxmemory, policy=policy, cache_rate=cache_rate, cache_bytes=cache_bytes
+            ),
+        ),
+        horizon=horizon,
+    )
+
+
+def stuck_connection(
+    outage_at: float = 30.0,
+    outage_for: float = 5.0,
+    stuck_worker: int | None = 0,
+    jobs: int = 8,
+    duration: float = 60.0,
+    workers: int = 2,
+    horizon: float = 900.0,
+) -> Scenario:
+    """Redis restarts at `outage_at` for `outage_for` seconds and worker `stuck_worker`'s client never
+    recovers (None: no worker's does): a user-supplied client that gave up after `maxRetriesPerRequest`, or
+    a blocking client left "reconnecting". Redis is back, but that worker neither fetches nor renews any
+    more; its job's lock lapses and the sweep hands the job to a worker that did reconnect (a false reclaim:
+    the stuck worker is alive) (bullmq#648, #2466, #4585)."""
+    faults: tuple[Outage, ...] = (Outage(at=outage_at, duration=outage_for, redis_restart=True),)
+    if stuck_worker is not None:
+        faults += (Outage(at=outage_at, duration=outage_for, worker=stuck_worker, recovers=False),)
+    else:
+        faults = (Outage(at=outage_at, duration=outage_for, redis_restart=True, recovers=False),)
+    return Scenario(
+        name="stuck-connection",
+        workers=workers,
+        jobs=jobs,
+        duration=Fixed(duration),
+        faults=faults,
+        horizon=horizon,
+    )
+
+
+def failover(
+    at: float = 60.0,
+    downtime: float = 2.0,
+    lag: float = 1.0,
+    readonly: float = 10.0,
+    jobs: int = 20,
+    arrival_rate: float = 0.5,
+    duration: float = 20.0,
+    workers: int = 4,
+    horizon: float = 900.0,
+) -> Scenario:
+    """Redis fails over at `at` to an asynchronous replica `lag` seconds behind: every write of that last
+    `lag` s is lost (a take's job is back in `wait`, a finished job runs again, an added job is gone). The
+    clients, away `downtime` s, come back to the demoted primary and their writes fail with READONLY for
+    `readonly` s: renewals fail while the new primary's locks run out, finishes are given up (bullmq#648,
+    bull#2679, ioredis#1835)."""
+    return Scenario(
+        name="failover",
+        workers=workers,
+        jobs=jobs,
+        arrival_rate=arrival_rate,
+        duration=Fixed(duration),
+        faults=(Outage(at=at, duration=downtime, lost_writes=lag, readonly=readonly),),
         horizon=horizon,
     )
 
@@ -339,6 +426,9 @@ STANDARD: dict[str, Callable[..., Scenario]] = {
     "child-crash": child_crash,
     "silent-partition": silent_partition,
     "resent-finish": resent_finish,
+    "memory-pressure": memory_pressure,
+    "stuck-connection": stuck_connection,
+    "failover": failover,
 }
 
 

@@ -22,8 +22,10 @@ from emqsim._simpy_fast import clock, replier
 from emqsim.keys import QueueKeys
 from emqsim.ledger import AttemptDraft, Ledger
 from emqsim.policies import ReclaimPolicy, SweepShortcut
-from emqsim.protocol import FinishReply, Queue, SweepReply
+from emqsim.protocol import READONLY, FinishReply, Queue, SweepReply
 from emqsim.store import KeyStore
+from emqsim.store.eviction import EvictingKeyStore, Eviction
+from emqsim.store.journal import Journal
 
 LOST = object()  # a reply that never came: the request was lost on the way
 
@@ -102,12 +104,13 @@ class Server:
         *,
         remove_on_complete: bool = False,
         tie_break: TieBreak | None = None,
-        failover_lag_ms: int | None = None,
         hz: int = 10,
+        eviction: Eviction | None = None,
+        eviction_rng: Any = None,
     ) -> None:
         """`ledger` records every step; `host` answers worker states and hears of settled jobs and applied
-        finishes. `failover_lag_ms`: the longest lag of a failover the run has (lock writes are then logged so
-        it can undo them); `hz`: Redis's active expire cycles per second."""
+        finishes. `hz`: Redis's active expire cycles per second; `eviction`: maxmemory and its policy, with
+        `eviction_rng` for its samples."""
         self.env = env
         self.host = host
         shortcut: SweepShortcut | None = policy if hasattr(policy, "sweep_refused") else None
@@ -115,7 +118,19 @@ class Server:
         self.policy = policy
         self.keys = keys
         # The store reads the clock once per command; the simulation's time is integer ms throughout.
-        self.store = KeyStore(clock(env), rng=store_rng, on_evict=self._on_evict)
+        # With `eviction` (maxmemory), Redis evicts before each client command (`before_command`).
+        self.evicting: EvictingKeyStore | None = None
+        if eviction is None:
+            self.store = KeyStore(clock(env), rng=store_rng, on_evict=self._on_evict)
+        else:
+            self.store = self.evicting = EvictingKeyStore(
+                clock(env),
+                eviction,
+                evict_rng=eviction_rng,
+                rng=store_rng,
+                on_evict=self._on_evict,
+                on_memory_evict=self._on_memory_evict,
+            )
         self.store.on_ttl = self._ttl_set
         self.queue = Queue(self.store, keys, remove_on_complete=remove_on_complete)
         self.ledger = ledger  # the one writer of attempts, lock events and sweeps
@@ -126,12 +141,13 @@ class Server:
         # Parked BZPOPMIN calls on the queue's marker (takes after wake-up): [worker, reply, back_ms, done].
         self.marker_waiters: deque[list[Any]] = deque()
         self.doomed: set[str] = set()  # tokens of takes that got a job marked to fail (`defa`)
-        # Lock writes (time, job, token written, previous value, previous expiry), kept only when a failover
-        # can lose them (`Outage.lost_writes`); None otherwise.
-        self.lock_log: deque[tuple[int, str, str, str | None, int | None]] | None = (
-            None if failover_lag_ms is None else deque()
-        )
-        self.lock_log_keep_ms = failover_lag_ms or 0
+        # A failover's lag window (`Outage.lost_writes`): the store's journal, and the queue steps it would undo
+        # that the records need to know of: ("settled", job) for a finish or a fail, ("added", job) for an add.
+        self.journal: Journal | None = None
+        self.window_steps: list[tuple[str, str]] = []
+        self.lost_jobs: list[str] = []  # jobs whose add a failover lost: they never run
+        # [from, until) ms at Redis in which the clients' writes reach a demoted primary (`Outage.readonly`)
+        self.readonly: list[tuple[int, int]] = []
         self.settled = 0  # jobs that reached completed or failed
         self.resident_peak = 0
         self.expire_period_ms = max(1, 1000 // hz)
@@ -155,6 +171,8 @@ class Server:
         back_ms = rtt_ms - out_ms
 
         def arrive(_: simpy.Event) -> None:
+            if self.evicting is not None:
+                self.evicting.perform_evictions()
             result = op(int(self.env.now))
             self._reply(reply, result, back_ms)
 
@@ -167,6 +185,8 @@ class Server:
         reply = self.env.event()
 
         def arrive(_: simpy.Event) -> None:
+            if self.evicting is not None:
+                self.evicting.perform_evictions()
             self._reply(reply, op(int(self.env.now)), back_ms)
 
         self.env.timeout(out_ms).callbacks.append(arrive if self.tie_break is None else self._queued(arrive))
@@ -230,6 +250,11 @@ class Server:
         def arrive(_: simpy.Event) -> None:
             if not worker.connected:
                 return
+            if self.evicting is not None:
+                self.evicting.perform_evictions()
+            if self.readonly and self.refused(int(self.env.now)):
+                self._reply(reply, None, back_ms)  # READONLY: no job (BullMQ fetches again at once)
+                return
             job_id = self._take(worker, token, int(self.env.now))
             if job_id is None:
                 self.blocked.append((worker, token, reply, raw_back_ms))
@@ -278,7 +303,12 @@ class Server:
         def arrive(_: simpy.Event) -> None:
             if not worker.connected:
                 return
+            if self.evicting is not None:
+                self.evicting.perform_evictions()
             now = int(self.env.now)
+            if self.readonly and self.refused(now):  # BZPOPMIN writes: READONLY, answered at once
+                self._reply(reply, False, worker.reply_delay(now, back_ms) if worker.outages else back_ms)
+                return
             if self.store.peek_len(self.keys.wait) > 0:
                 self._reply(reply, True, worker.reply_delay(now, back_ms) if worker.outages else back_ms)
                 return
@@ -300,12 +330,20 @@ class Server:
         """moveToActive sent after a wake-up: the take itself (None if `wait` is empty by then)."""
         if not worker.connected:
             return None
+        if self.evicting is not None:
+            self.evicting.perform_evictions()
+        if self.readonly and self.refused(now):
+            return None  # READONLY
         return self._take(worker, token, now)
 
     # -- server-side steps -------------------------------------------------------------------------------
     def add_job(self, job_id: str, work: float) -> None:
+        if self.evicting is not None:
+            self.evicting.perform_evictions()
         self.ledger.arrived(job_id, work)
         self.queue.add(job_id)
+        if self.journal is not None:
+            self.window_steps.append(("added", job_id))
         self.serve_blocked()
 
     def _take(self, worker: Connection, token: str, now: int) -> str | None:
@@ -316,9 +354,6 @@ class Server:
             self.doomed.add(token)
         # A take sent just before its worker crashed runs with its worker dead.
         attempt = self.ledger.taken(job_id, worker.wid, token, now, worker_dead=not worker.connected)
-        if self.lock_log is not None and (self.policy.renewal is not None or self.policy.fenced):
-            self.lock_log.append((now, job_id, token, None, None))
-            self._prune_lock_log(now)
         worker.on_taken(job_id, attempt)
         if self.record_locks and (self.policy.renewal is not None or self.policy.fenced):
             self._lock_event(now, job_id, token, "set")
@@ -330,14 +365,11 @@ class Server:
         The policy answers with job ids (as extendLocks does); when one worker holds the same job twice (a
         stale take and a new one), the lock's current value tells which of the two tokens failed.
         """
-        if self.lock_log is not None:
-            store, keys = self.store, self.keys
-            for job_id, token in held:
-                key = keys.lock(job_id)
-                before = store.peek(key)
-                if before == token:  # only a successful renewal writes
-                    self.lock_log.append((now, job_id, token, token, store.expire_at(key)))
-            self._prune_lock_log(now)
+        if self.readonly and self.refused(now):  # READONLY: nothing extended, the lock manager tries again
+            if self.record_locks:
+                for job_id, token in held:
+                    self._lock_event(now, job_id, token, "renew_failed", detail="READONLY")
+            return []
         failed_jobs = self.policy.renew(self.queue, held, now)
         failed = []
         if failed_jobs:
@@ -360,6 +392,8 @@ class Server:
             self.ledger.renewals_lost(held, sent_ms)
 
     def finish(self, attempt: AttemptDraft, now: int) -> FinishReply:
+        if self.readonly and self.refused(now):
+            return self._finish_refused(attempt, now)
         reply = self.policy.finish(self.queue, attempt.job, attempt.token, now)
         if self.resending and not reply.accepted:
             return reply  # the resent copy of a finish that already ran: refused, nothing new to record
@@ -368,6 +402,8 @@ class Server:
             self._lock_event(now, attempt.job, attempt.token, "released")
         if reply.was_active:
             self.settled += 1
+            if self.journal is not None:
+                self.window_steps.append(("settled", attempt.job))
             self.host.job_settled(attempt.job)
         self.host.finish_applied(attempt.job)
         return reply
@@ -392,38 +428,63 @@ class Server:
         # the job is then locked to a dead worker and waits out the lease.
         return reply, (token if self._take(worker, token, now) is not None else None), now
 
-    def _prune_lock_log(self, now: int) -> None:
-        """Keep only the writes a failover could still lose (the longest lag back)."""
-        log = self.lock_log
-        while log and log[0][0] < now - self.lock_log_keep_ms:
-            log.popleft()
+    def refused(self, now: int) -> bool:
+        """Whether a client's write reaching Redis at `now` lands on a demoted primary (READONLY)."""
+        return any(begin <= now < end for begin, end in self.readonly)
 
-    def lose_lock_writes(self, since_ms: int) -> None:
-        """A failover: the promoted replica never got the lock writes applied after `since_ms`. Undo them,
-        newest first, where the lock still holds what that write left (nothing changed it since)."""
-        log = self.lock_log
-        if not log:
-            return
+    # -- a failover that loses the writes of its lag window ---------------------------------------------------
+    def start_lag_window(self) -> None:
+        """From now on every write may be lost by a failover (`fail_over`): journal the store."""
+        if self.journal is None:
+            self.journal = Journal(self.store)
+            self.journal.start()
+            self.window_steps = []
+
+    def fail_over(self) -> list[tuple[str, str]]:
+        """The failover: the promoted replica never got the writes since `start_lag_window`. Every key they
+        touched is put back; a lock that changed is a `lost_in_failover` lock event (back to its earlier
+        holder and expiry, or gone); returns the window's queue steps (`window_steps`) whose effect is gone,
+        for the simulation to correct its counts: a lost finish makes its job run again, a lost add loses
+        the job (a lost take's job is back in `wait`, and its worker's finish will be refused)."""
+        journal = self.journal
+        if journal is None:
+            return []
+        self.journal = None
         now = int(self.env.now)
-        store, keys = self.store, self.keys
-        while log and log[-1][0] > since_ms:
-            _, job_id, token, before, before_expiry = log.pop()
-            key = keys.lock(job_id)
-            if store.peek(key) != token:
-                continue
-            restored = None
-            if before is None or before_expiry is None or before_expiry < now:
-                store.delete(key)
-            else:
-                store.set(key, before, px=max(1, before_expiry - now))
-                restored = before_expiry / 1000
-            if self.record_locks:
-                self.ledger.lock_restored(now, job_id, token, restored)
-        log.clear()
+        for key, current, restored, expiry in journal.undo():
+            job_id = self.keys.job_id_of_lock(key)
+            if job_id is not None and self.record_locks and isinstance(current or restored, str):
+                token = (
+                    current if isinstance(current, str) else (restored if isinstance(restored, str) else None)
+                )
+                alive = isinstance(restored, str) and (expiry is None or expiry >= now)
+                self.ledger.lock_restored(
+                    now, job_id, token or "", expiry / 1000 if alive and expiry else None
+                )
+        steps, self.window_steps = self.window_steps, []
+        undone: list[tuple[str, str]] = []
+        for kind, job_id in steps:
+            if kind == "settled":
+                self.settled -= 1
+                undone.append((kind, job_id))
+            elif kind == "added" and self.store.peek(self.keys.job(job_id)) is None:
+                self.lost_jobs.append(job_id)
+                undone.append((kind, job_id))
+        return undone
+
+    def _finish_refused(self, attempt: AttemptDraft, now: int) -> FinishReply:
+        """A finish (or a fail) refused with READONLY: BullMQ's moveToFailed after it is refused too, so the
+        worker gives the job up; it stays `active` where the clients will be, and is reclaimed later."""
+        reply = FinishReply(attempt.job, READONLY, was_active=False)
+        self.ledger.finish_applied(attempt, now, reply.error)
+        self.host.finish_applied(attempt.job)
+        return reply
 
     def fail(self, attempt: AttemptDraft, now: int, reason: str, attempts: int = 1) -> FinishReply:
         """moveToFinished(failed) by the holder: token-checked; the job goes to `failed`, or with `attempts`
         left back to `wait` (retried: the attempt failed, the job did not settle)."""
+        if self.readonly and self.refused(now):
+            return self._finish_refused(attempt, now)
         reply = self.queue.fail(attempt.job, attempt.token, check_token=self.policy.fenced, attempts=attempts)
         if self.resending and not reply.accepted:
             return reply  # the resent copy of a fail that already ran
@@ -435,6 +496,8 @@ class Server:
             self.serve_blocked()
         elif reply.was_active:
             self.settled += 1
+            if self.journal is not None:
+                self.window_steps.append(("settled", attempt.job))
             self.host.job_settled(attempt.job)
         self.host.finish_applied(attempt.job)
         return reply
@@ -451,6 +514,8 @@ class Server:
         return True
 
     def sweep(self, by: str, now: int) -> SweepReply:
+        if self.readonly and self.refused(now):
+            return SweepReply(skipped=True)  # READONLY: the stalled check fails; the next one comes as usual
         reply = self.policy.sweep(self.queue, now)
         if not reply.skipped and not self.streaming:  # a sweep turned away by the rate limit: no record
             self.ledger.sweep(now, by, reply.skipped, reply.reclaimed, reply.failed, len(reply.marked))
@@ -459,6 +524,8 @@ class Server:
         for job_id in reply.failed:
             self._reclaimed(job_id, by, now, failed=True)
             self.settled += 1
+            if self.journal is not None:
+                self.window_steps.append(("settled", job_id))
             self.host.job_settled(job_id)
         if reply.reclaimed:
             self.serve_blocked()
@@ -483,6 +550,32 @@ class Server:
         job_id = self.keys.job_id_of_lock(key)
         if job_id is not None:
             self.ledger.lock(now, job_id, None, "evicted", None, how)
+
+    def _on_memory_evict(self, key: str, value: object, now: int) -> None:
+        """maxmemory evicted `key`: a lock (its token is the value) is a `memory_evicted` lock event."""
+        if not self.record_locks:
+            return
+        job_id = self.keys.job_id_of_lock(key)
+        if job_id is not None:
+            token = value if isinstance(value, str) else None
+            self.ledger.lock(
+                now,
+                job_id,
+                token,
+                "memory_evicted",
+                None,
+                self.evicting.eviction.policy if self.evicting else "",
+            )
+
+    def cache_write(self, key: str, value: str, ttl_ms: int) -> bool:
+        """Another tenant's `SET key value PX ttl` (memory pressure); False if Redis refused it (OOM)."""
+        evicting = self.evicting
+        assert evicting is not None  # only a run with maxmemory has the other tenant
+        evicting.perform_evictions()
+        if evicting.out_of_memory:
+            return False
+        evicting.set(key, value, px=ttl_ms)
+        return True
 
     # -- Redis's active expire cycle ----------------------------------------------------------------------
     def expire_cycle(self) -> Generator[simpy.Event, Any, None]:

@@ -602,6 +602,8 @@ class Worker(Client):
                 job_id = yield reply
                 if not (yield from self.carry_on()):
                     return
+                if job_id is None:
+                    continue  # refused (READONLY on a demoted primary): BullMQ fetches again at once
             attempt = self.running[token]
             now = int(self.env.now)
             if server.doomed and token in server.doomed:

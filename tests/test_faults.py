@@ -134,9 +134,11 @@ def test_a_sweep_during_an_outage_reports_the_worker_disconnected():
 
 
 @pytest.mark.parametrize("lag", [0.0, 1.0])
-def test_a_failover_to_a_lagging_replica_loses_the_takes_lock(lag):
-    # Redis fails over at 0.5 s (every worker away 0.5 s); a replica 1 s behind never got the take's SET at
-    # 1 ms, so the job sits in `active` without a lock and is reclaimed from its live worker.
+def test_a_failover_to_a_lagging_replica_loses_the_add_and_the_take(lag):
+    # Redis fails over at 0.5 s (every worker away 0.5 s); a replica 1 s behind never got the add at 0 ms nor
+    # the take (and its lock) at 1 ms: the job is gone. Its worker works on, its renewals and its finish are
+    # refused (the lock is missing), and nothing runs it again. (Until schema 6 only the lock was lost and the
+    # job was reclaimed from its live worker.)
     policy = LeasePolicy(30, 10, 5, swept_by="reaper")
     sc = Scenario(
         workers=2,
@@ -149,8 +151,10 @@ def test_a_failover_to_a_lagging_replica_loses_the_takes_lock(lag):
     first = run.attempts[0]
     lost = [e for e in run.lock_events if e.kind == "lost_in_failover"]
     if lag:
-        assert [(e.time, e.token) for e in lost] == [(0.5, first.token)]
-        assert first.false_reclaim and first.worker_state_at_reclaim == "alive" and first.reclaimed_at < 10
+        assert [(e.time, e.token, e.expires_at) for e in lost] == [(0.5, first.token, None)]
+        assert run.attempts == [first] and first.outcome == "finish_rejected" and first.reclaimed_at is None
+        assert run.final_state == {"wait": 0, "active": 0, "completed": 0, "failed": 0}
+        assert run.ended_by == "done"  # the lost job counts as settled for the end of the run
     else:
         assert not lost and first.outcome == "completed"
 

@@ -103,10 +103,14 @@ def run(scenario, policy, seed):
 
 
 def assert_structures_hold_each_job_once(sim, result):
+    """Every job is in exactly one structure, except a job whose add a failover's lag window lost (the
+    promoted replica never had it: it is in none; issue 25, `Outage.lost_writes`)."""
     queue = sim.server.queue
+    lost = set(sim.server.lost_jobs)
     for index in range(result.jobs):
-        assert len(queue.state_of(str(index))) == 1, (index, queue.state_of(str(index)))
-    assert sum(result.final_state.values()) == result.jobs
+        expected = 0 if str(index) in lost else 1
+        assert len(queue.state_of(str(index))) == expected, (index, queue.state_of(str(index)))
+    assert sum(result.final_state.values()) == result.jobs - len(lost)
 
 
 @settings(max_examples=60)

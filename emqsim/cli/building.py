@@ -62,6 +62,15 @@ def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
         fail("--redis-restart", "needs --outage-at T and --outage-for X (Redis's downtime)")
     if get("redis_restart") and get("failover_lag") is not None:
         fail("--redis-restart", "a restart keeps its data: leave out --failover-lag (that is a failover)")
+    if get("readonly") is not None and get("failover_lag") is None:
+        fail(
+            "--readonly",
+            "needs --failover-lag S (and --outage-at/--outage-for): a demoted primary is a failover's",
+        )
+    if get("never_reconnect") and get("outage_at") is None:
+        fail(
+            "--never-reconnect", "needs --outage-at T and --outage-for X (the outage it never recovers from)"
+        )
     if get("outage_at") is not None:
         faults.append(
             Outage(
@@ -69,6 +78,8 @@ def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
                 duration=args.outage_for,
                 lost_writes=get("failover_lag") or 0.0,
                 redis_restart=bool(get("redis_restart")),
+                recovers=not get("never_reconnect"),
+                readonly=get("readonly") or 0.0,
             )
         )
     if get("child_crash_after") is not None:
@@ -81,6 +92,19 @@ def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
     if get("partition_at") is not None:
         give_up = get("partition_give_up")
         faults.append(Partition(at=args.partition_at, duration=args.partition_for, give_up=give_up or 924.6))
+    if (get("maxmemory_policy") is not None or get("cache_rate") is not None) and get("maxmemory") is None:
+        fail("--maxmemory-policy" if get("maxmemory_policy") else "--cache-rate", "needs --maxmemory BYTES")
+    if get("maxmemory") is not None:  # replaces the scenario's own memory pressure
+        from emqsim.faults import MemoryPressure
+
+        faults = [f for f in faults if not isinstance(f, MemoryPressure)]
+        faults.append(
+            MemoryPressure(
+                maxmemory=args.maxmemory,
+                policy=get("maxmemory_policy") or "volatile-lru",
+                cache_rate=25.0 if args.cache_rate is None else args.cache_rate,
+            )
+        )
     changes: dict[str, Any] = {}
     if get("attempts") is not None:
         changes["attempts"] = args.attempts

@@ -25,6 +25,7 @@ from emqsim.cli.argtypes import (
     writable_folder,
 )
 from emqsim.cli.work import MAX_COMMANDS
+from emqsim.store.eviction import POLICIES
 
 HELP_WIDTH = 100  # every --help wraps here at most, like the tables' default width
 RUN_REPLICATIONS = 10  # `run`'s default: enough runs for t intervals with 9 degrees of freedom, in seconds
@@ -123,6 +124,14 @@ def add_fault_flags(p: argparse.ArgumentParser) -> None:
         "--redis-restart", action="store_true",
         help="... and it is Redis restarting with its data (the producer and the reaper are cut off too)",
     )  # fmt: skip
+    g.add_argument(
+        "--readonly", type=seconds, metavar="S",
+        help="... and the clients come back to the demoted primary: their writes fail with READONLY for S s",
+    )  # fmt: skip
+    g.add_argument(
+        "--never-reconnect", action="store_true",
+        help="... and the workers' clients never recover (gave up, or left 'reconnecting') though Redis is back",
+    )  # fmt: skip
     g.add_argument("--outage-rate", type=rate, metavar="R", help="random connection outages per worker-hour")
     g.add_argument(
         "--outage-median",
@@ -153,6 +162,17 @@ def add_fault_flags(p: argparse.ArgumentParser) -> None:
         type=whole(1),
         metavar="N",
         help="BullMQ's job option: a job its worker fails is retried until it failed N times (default 1)",
+    )
+    g.add_argument(
+        "--maxmemory", type=whole(1), metavar="BYTES",
+        help="Redis's maxmemory, shared with a cache writing --cache-rate keys/s (locks can be evicted)",
+    )  # fmt: skip
+    g.add_argument(
+        "--maxmemory-policy", choices=POLICIES, metavar="POLICY",
+        help=f"... its maxmemory-policy: {', '.join(POLICIES)} (default volatile-lru)",
+    )  # fmt: skip
+    g.add_argument(
+        "--cache-rate", type=rate, metavar="R", help="... the cache's writes a second (default 25)"
     )
     m = p.add_argument_group("BullMQ model options (lease policies)")
     m.add_argument(

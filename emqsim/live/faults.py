@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -13,11 +14,12 @@ from typing import Any, Protocol
 import numpy as np
 import redis
 
-from emqsim.faults import Block, Crash, Freeze, as_distribution
+from emqsim.faults import Block, Crash, Freeze, MemoryPressure, as_distribution
 from emqsim.keys import QueueKeys
 from emqsim.live.records import Proc
 from emqsim.live.settings import LiveSettings
 from emqsim.scenario import Scenario
+from emqsim.store.eviction import BASE_BYTES
 from emqsim.units import to_ms
 
 HOUR_S = 3600.0
@@ -42,6 +44,9 @@ class FaultHost(Protocol):
     after_restart: list[Callable[[], None]]
     pending_restarts: list[int]
     next_wid: int
+
+    stopping: bool
+    memory_evictions: list[tuple[float, str]]
 
     def at(self, when: float, action: Callable[..., None]) -> None: ...
     def send(self, proc: Proc, line: str) -> None: ...
@@ -213,6 +218,52 @@ class FaultInjection:
                 faults.block_duration,
                 self.block,
             )
+
+
+def memory_pressure(host: FaultHost, start: float) -> threading.Thread | None:
+    """The scenario's `MemoryPressure` on the live run's Redis, from `start` (real time): set its
+    maxmemory-policy and maxmemory-samples, then maxmemory to the server's own used memory now plus what the
+    model allows above an empty server (`maxmemory - BASE_BYTES`), and run the other tenant in a thread:
+    `SET cache:n <cache_bytes> PX cache_ttl` at the simulator's Poisson times (the run's ("memory", 1)
+    stream), scaled to real time, until the run stops. Redis evicts by itself (a real `evict.c`); the
+    live run hears of evicted locks through `evicted` keyspace events (`memory_evictions`). Redis's LRU
+    clock ticks in real seconds, so only a run at scale 1 ranks keys on the simulator's clock."""
+    pressure = next((f for f in host.scenario.faults if isinstance(f, MemoryPressure)), None)
+    if pressure is None:
+        return None
+    assert host.client is not None  # opened before the run starts
+    client = host.client
+    client.config_set("maxmemory-policy", pressure.policy)
+    client.config_set("maxmemory-samples", pressure.samples)
+    used = int(client.info("memory")["used_memory"])
+    client.config_set("maxmemory", used + max(1, pressure.maxmemory - BASE_BYTES))
+    if pressure.cache_rate <= 0:
+        return None
+    rng = host._rng("memory", 1)
+    value = "x" * pressure.cache_bytes
+    ttl_ms = max(1, int(pressure.cache_ttl * host.scale * 1000))
+
+    def write() -> None:
+        writer = redis.Redis(connection_pool=client.connection_pool)
+        due, n = start, 0
+        try:
+            while not host.stopping:
+                for gap in rng.exponential(1.0 / pressure.cache_rate, 1024).tolist():
+                    due += max(0.001, to_ms(gap) / 1000) * host.scale
+                    pause = due - time.time()
+                    if pause > 0:
+                        time.sleep(pause)
+                    if host.stopping:
+                        return
+                    with contextlib.suppress(redis.ResponseError):  # OOM: Redis refused the write
+                        writer.set(f"cache:{n}", value, px=ttl_ms)
+                    n += 1
+        except (redis.RedisError, OSError):
+            return  # the run is over (its server stopped) or Redis failed: the run reports that itself
+
+    thread = threading.Thread(target=write, daemon=True, name="emqsim-memory-pressure")
+    thread.start()
+    return thread
 
 
 def _recurring(

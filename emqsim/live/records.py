@@ -170,6 +170,10 @@ def build_run(self: RunFacts, end: float, ended_by: str) -> Run:
             job = self.keys.job_id_of_lock(key)
             if job is not None:
                 ledger.lock(s(t), job, None, "evicted", None, "expired")
+        for t, key in getattr(self, "memory_evictions", ()):
+            job = self.keys.job_id_of_lock(key)
+            if job is not None:
+                ledger.lock(s(t), job, None, "memory_evicted", None, "maxmemory")
         lock_events = with_expiries(ledger.lock_events, s(end), 0.001 / self.scale)
     # Round trips by kind, from the reports (exact even for killed workers); only the empty polls of
     # `take` come from the workers' periodic counters.

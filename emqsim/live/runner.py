@@ -39,13 +39,16 @@ import redis
 
 from emqsim.errors import ConfigError
 from emqsim.faults import (
+    NEVER_MS,
     Block,
     ChildCrash,
     Crash,
     Freeze,
+    MemoryPressure,
     Outage,
     OutageWindow,
     disconnect_detail,
+    never_recovers,
     outage_spans,
     outage_windows,
     overlaps_restart,
@@ -53,7 +56,7 @@ from emqsim.faults import (
 )
 from emqsim.keys import QueueKeys
 from emqsim.live.clockwatch import ClockWatch, Steadiness
-from emqsim.live.faults import FaultInjection
+from emqsim.live.faults import FaultInjection, memory_pressure
 from emqsim.live.lua import key_names
 from emqsim.live.records import Proc, build_run
 from emqsim.live.scripts import LuaQueue
@@ -160,6 +163,11 @@ class LiveRun(FaultInjection):
                 "live mode restarts only its own private redis-server (Outage redis_restart), never the one at "
                 f"{redis_url}: leave out the Redis URL, or the restart (emqsim live --without-outages)"
             )
+        if redis_url is not None and any(isinstance(f, MemoryPressure) for f in scenario.faults):
+            raise ConfigError(
+                "live mode sets maxmemory only on its own private redis-server (MemoryPressure), never on the "
+                f"one at {redis_url}: leave out the Redis URL, or the memory pressure"
+            )
         self.redis_down = False  # the private server is down (between a restart's SHUTDOWN and its start)
         self.after_restart: list[Callable[[], None]] = []  # Redis reads that waited for it to be back
         self.commands_before_restarts = 0  # protocol commands counted by servers since shut down
@@ -188,6 +196,7 @@ class LiveRun(FaultInjection):
         self.first_taken: set[str] = set()
         self.synthetic_takes: list[dict[str, Any]] = []
         self.evictions: list[tuple[float, str]] = []
+        self.memory_evictions: list[tuple[float, str]] = []  # keys maxmemory evicted (MemoryPressure)
         self.resident_peak = 0
         self.selector = selectors.DefaultSelector()
         self.tmpdir: Path | None = None
@@ -313,15 +322,23 @@ class LiveRun(FaultInjection):
             to_ms(self.scenario.horizon),
             lambda: self._rng("faults", wid, 3),
         )
+        windows = never_recovers(windows, self.scenario.faults, wid, restarted)  # Outage(recovers=False)
         real = []
         for begin_ms, up_ms, back_ms in windows:
-            begin, up, back = self.real_window((begin_ms, up_ms, back_ms))
+            begin, up, back = self.real_window((begin_ms, up_ms, min(back_ms, up_ms)))
+            if back_ms >= NEVER_MS:  # never back: past the run's end, so the worker's client waits it out
+                back = self.t0 + self.scenario.horizon * self.scale + 86_400.0
+            else:
+                back = self.real_window((begin_ms, up_ms, back_ms))[2]
             real.append((begin, up, back))
             wait = (back_ms - up_ms) / 1000
             detail = disconnect_detail((begin_ms, up_ms, back_ms), self.restarts)
             self.connection_event(proc, wid, begin, "disconnect", detail)
             if not self.redis_down_within(begin, back):  # a restart closes every connection itself
                 self.at(begin, lambda w=wid, p=proc: self.drop_connections(p, w))
+            if back_ms >= NEVER_MS:  # the client never recovers: it stays cut off
+                self.connection_event(proc, wid, up, "network_up", "the client never reconnects")
+                continue
             self.connection_event(proc, wid, up, "network_up", f"reconnect in {wait:g} s")
             self.connection_event(proc, wid, back, "reconnect", "resending queued commands")
         proc.outages = [(begin, back) for begin, _, back in real]
@@ -504,7 +521,7 @@ class LiveRun(FaultInjection):
     def open_redis(self) -> None:
         if self.redis_url is None:
             self.server = PrivateRedis(
-                "--hz", str(self.scenario.hz), "--notify-keyspace-events", "Ex"
+                "--hz", str(self.scenario.hz), "--notify-keyspace-events", "ExKe"
             ).start()
             self.url = self.server.url
             self.client = self.server.client()
@@ -525,13 +542,20 @@ class LiveRun(FaultInjection):
         self.restart_watcher = lambda: self.watch_evictions(stop)
         pubsub = self.server.client().pubsub(ignore_subscribe_messages=True)
         pubsub.subscribe("__keyevent@0__:expired")
+        # maxmemory evictions of the queue's own keys only (keyspace form): a subscription to every evicted
+        # key would fill this client's output buffer, which counts as used memory, and feed the eviction
+        pubsub.psubscribe(f"__keyspace@0__:{self.prefix}*")
 
         def listen() -> None:
             try:
                 while not stop.is_set():
                     msg = pubsub.get_message(timeout=0.05)
-                    if msg is not None:
+                    if msg is None:
+                        continue
+                    if msg["type"] == "message":  # __keyevent@0__:expired: the key is the data
                         self.evictions.append((time.time(), msg["data"]))
+                    elif msg["data"] == "evicted":  # a queue key's keyspace event: the key is in the channel
+                        self.memory_evictions.append((time.time(), msg["channel"].split(":", 1)[1]))
             except redis.RedisError:
                 pass
             finally:
@@ -666,6 +690,7 @@ class LiveRun(FaultInjection):
                 )
         for wid in range(scenario.workers):
             self.random_faults(wid, self.t0)
+        memory_pressure(self, self.t0)
         for window in self.restarts:
             begin, up, _ = self.real_window(window)
             self.at(begin, self.redis_stop)

@@ -44,6 +44,8 @@ def corpus_digests() -> dict[str, str]:
     out: dict[str, str] = {}
     for scenario_name in sorted(STANDARD):
         knobs = {"jobs": 60, "workers": 4} if scenario_name == "production" else {}
+        if scenario_name in ("memory-pressure", "failover"):  # every cache write / READONLY retry is a step
+            knobs = {"jobs": 4, "horizon": 300.0}
         scenario = standard(scenario_name, **knobs)
         for label, policy in corpus_policies().items():
             for rep in REPLICATIONS:

@@ -1,0 +1,284 @@
+"""maxmemory eviction (emqsim/store/eviction.py): the eviction pool as evict.c fills it, the LFU counter,
+which keys each policy may evict, determinism, and the same fill on a real redis-server (which keys survive
+under maxmemory, the model's memory against the server's)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from emqsim.store.eviction import EVPOOL_SIZE, LFU_INIT_VAL, EvictingKeyStore, Eviction, allocation, key_bytes
+
+try:
+    from tests.redis_server import REDIS_SERVER, RedisServer
+except ImportError:  # tests/ not importable as a package
+    from redis_server import REDIS_SERVER, RedisServer  # type: ignore[no-redef]
+
+VALUE = "a" * 1000
+
+
+def _store(policy: str, maxmemory: int, seed: int = 0, clock: list[int] | None = None, base: int = 0):
+    now = clock if clock is not None else [0]
+    return EvictingKeyStore(
+        lambda: now[0],
+        Eviction(maxmemory=maxmemory, policy=policy, base_bytes=base),
+        evict_rng=np.random.default_rng(seed),
+    )
+
+
+def _fill(store: EvictingKeyStore, n: int, plain_every: int) -> None:
+    """n 1,000-byte keys; every `plain_every`-th has no TTL, the others expire later the later they come."""
+    for i in range(n):
+        store.perform_evictions()
+        if store.out_of_memory:
+            continue  # Redis refuses the write (OOM)
+        if i % plain_every == 0:
+            store.set(f"p:{i:05d}", VALUE)
+        else:
+            store.set(f"t:{i:05d}", VALUE, px=1_000_000 + i * 1000)
+
+
+def test_allocation_follows_jemalloc_size_classes() -> None:
+    assert [allocation(n) for n in (1, 9, 17, 100, 129, 1004, 1025, 5000)] == [
+        8,
+        16,
+        32,
+        112,
+        160,
+        1024,
+        1280,
+        5120,
+    ]
+    # MEMORY USAGE of a 7-byte key holding 1,000 bytes is 1,080 on redis-server 7.0.15; the model adds the
+    # dict's bucket share (12) and, with a TTL, the expires entry (36)
+    assert key_bytes("cache:1", VALUE, False) == 1080 + 12
+    assert key_bytes("cache:1", VALUE, True) == 1080 + 12 + 36
+
+
+@pytest.mark.parametrize("policy", ["volatile-lru", "volatile-lfu", "volatile-ttl", "volatile-random"])
+def test_volatile_policies_evict_only_keys_with_a_ttl(policy: str) -> None:
+    store = _store(policy, maxmemory=400_000)
+    _fill(store, 600, plain_every=3)
+    keys = store.execute("KEYS", "*")
+    assert sum(k.startswith("p:") for k in keys) == 200  # every key without a TTL survives
+    assert store.evicted_keys > 0 and store.used_memory() <= 400_000 + key_bytes("t:00000", VALUE, True)
+
+
+def test_noeviction_evicts_nothing_and_reports_out_of_memory() -> None:
+    store = _store("noeviction", maxmemory=50_000)
+    _fill(store, 100, plain_every=2)
+    assert store.evicted_keys == 0 and store.out_of_memory and store.oom_commands > 0
+
+
+def test_volatile_ttl_evicts_the_soonest_expiry_first() -> None:
+    store = _store("volatile-ttl", maxmemory=300_000, clock=[0])
+    _fill(store, 600, plain_every=1_000_000)  # only key 0 has no TTL
+    survivors = sorted(int(k[2:]) for k in store.execute("KEYS", "t:*"))
+    # the pool keeps the soonest-expiring of the sampled keys: survivors are mostly the late ones
+    assert np.mean(survivors) > 400
+
+
+def test_lru_evicts_the_idle_keys_not_the_recently_read_ones() -> None:
+    clock = [0]
+    store = _store("allkeys-lru", maxmemory=150_000, clock=clock)
+    for i in range(100):
+        store.set(f"hot:{i}", VALUE, px=10_000_000)
+    clock[0] = 5_000
+    for i in range(100):
+        store.set(f"cold:{i}", VALUE, px=10_000_000)
+    clock[0] = 10_000
+    for i in range(100):
+        store.get(f"hot:{i}")  # read: idle 0 s; the cold keys are idle 5 s
+    clock[0] = 11_000
+    for i in range(100):
+        store.perform_evictions()
+        store.set(f"new:{i}", VALUE, px=10_000_000)
+    keys = store.execute("KEYS", "*")
+    hot = sum(k.startswith("hot:") for k in keys)
+    cold = sum(k.startswith("cold:") for k in keys)
+    assert hot > 3 * max(cold, 1)
+
+
+def test_pool_is_sorted_and_bounded() -> None:
+    clock = [0]
+    store = _store("volatile-lru", maxmemory=100_000, clock=clock)
+    for i in range(300):
+        clock[0] = i * 200
+        store.perform_evictions()
+        store.set(f"t:{i}", VALUE, px=10_000_000)
+        pool = store._pool
+        assert len(pool) <= EVPOOL_SIZE
+        assert [s for s, _ in pool] == sorted(s for s, _ in pool)
+
+
+def test_lfu_counter_starts_at_init_grows_logarithmically_and_decays() -> None:
+    clock = [0]
+    store = _store("allkeys-lfu", maxmemory=10**9, clock=clock)
+    store.set("k", "v")
+    assert store._lfu["k"] == (0, LFU_INIT_VAL)
+    for _ in range(1000):
+        store.get("k")
+    counter = store._lfu["k"][1]
+    # p = 1/((c - 5) * 10 + 1): 1,000 hits take the counter to about 5 + sqrt(2 * 1000 / 10) ~ 19
+    assert 12 <= counter <= 30
+    clock[0] = 10 * 60_000  # ten minutes later: one decrement per minute (lfu-decay-time 1)
+    assert store._lfu_decayed("k", 10) == counter - 10
+
+
+def test_same_seed_same_evictions_and_the_expire_stream_is_untouched() -> None:
+    def survivors(seed: int) -> list[str]:
+        store = _store("volatile-random", maxmemory=200_000, seed=seed)
+        _fill(store, 400, plain_every=4)
+        return sorted(store.execute("KEYS", "*"))
+
+    assert survivors(1) == survivors(1)
+    assert survivors(1) != survivors(2)
+
+
+@pytest.mark.redis
+@pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
+def test_the_same_fill_on_a_real_redis_server_keeps_the_same_keys() -> None:
+    """Fill a real redis-server 7 with maxmemory 400 kB above its own usage, policy by policy, and the
+    model's store with the same base: the number of keys that fit agrees within 5%, the keys without a TTL
+    survive a volatile policy on both, and the TTL keys that survive are alike (allkeys-random: the share of
+    TTL keys among survivors within a binomial band; volatile-ttl: the late keys)."""
+    import redis
+
+    extra, n = 400_000, 1000
+    with RedisServer() as server:
+        client = server.client()
+        for policy, plain_every in (
+            ("warm-up", 5),  # the first fill under eviction grows the server's own buffers once (~30 kB)
+            ("volatile-lru", 5),
+            ("volatile-ttl", 5),
+            ("volatile-random", 5),
+            ("allkeys-random", 2),
+            ("allkeys-lru", 2),
+        ):
+            client.execute_command("CONFIG", "SET", "maxmemory", "0")
+            client.execute_command("FLUSHALL")
+            client.execute_command(
+                "CONFIG", "SET", "maxmemory-policy", policy.replace("warm-up", "volatile-lru")
+            )
+            info = client.execute_command("INFO", "memory")
+            base = int(
+                next(line.split(":")[1] for line in info.splitlines() if line.startswith("used_memory:"))
+            )
+            client.execute_command("CONFIG", "SET", "maxmemory", str(base + extra))
+            refused = 0
+            for start in range(0, n, 10):  # small batches: a big query buffer counts as used memory
+                pipe = client.pipeline(transaction=False)
+                for i in range(start, start + 10):
+                    if i % plain_every == 0:
+                        pipe.execute_command("SET", f"p:{i:05d}", VALUE)
+                    else:
+                        pipe.execute_command("SET", f"t:{i:05d}", VALUE, "PX", str(1_000_000 + i * 1000))
+                replies = pipe.execute(raise_on_error=False)
+                refused += sum(isinstance(r, redis.ResponseError) for r in replies)
+            real = client.execute_command("KEYS", "*")
+            client.execute_command("CONFIG", "SET", "maxmemory", "0")
+            if policy == "warm-up":
+                continue
+            model = _store(policy, base + extra, base=base)
+            _fill(model, n, plain_every)
+            sim = model.execute("KEYS", "*")
+            assert abs(len(sim) - len(real)) <= 0.05 * len(real), (policy, len(real), len(sim))
+            real_plain = sum(k.startswith("p:") for k in real)
+            sim_plain = sum(k.startswith("p:") for k in sim)
+            if policy.startswith("volatile"):
+                assert real_plain == sim_plain == n // plain_every, policy
+                assert (refused > 0) == (model.oom_commands > 0), policy
+            else:  # random / LRU among keys written within the same second: a key's kind does not matter
+                share = sim_plain / len(sim)
+                half = 3 * np.sqrt(0.25 / len(real))
+                assert abs(real_plain / len(real) - share) <= half, (policy, real_plain, len(real), share)
+            if policy == "volatile-ttl":
+                real_ttl = np.mean([int(k[2:]) for k in real if k.startswith("t:")])
+                sim_ttl = np.mean([int(k[2:]) for k in sim if k.startswith("t:")])
+                assert real_ttl > 600 and sim_ttl > 600 and abs(real_ttl - sim_ttl) < 100
+
+
+# -- in the simulator: the memory-pressure scenario ----------------------------------------------------------
+
+
+def test_memory_pressure_evicts_live_workers_locks_and_the_sweep_reclaims_them() -> None:
+    from emqsim import simulate
+    from emqsim.presets import preset
+    from emqsim.scenario import standard
+
+    scenario = standard("memory-pressure")
+    run = simulate(scenario, preset("bullmq"), seed=0)
+    evicted = [e for e in run.lock_events if e.kind == "memory_evicted"]
+    assert evicted and all(e.detail == "volatile-lru" for e in evicted)
+    by_token = {a.token: a for a in run.attempts}
+    for event in evicted:
+        attempt = by_token[event.token]
+        # the worker was alive: its renewals fail from the eviction on, and a sweep takes the job back
+        assert attempt.worker_state_at_reclaim == "alive" and attempt.reclaimed_at is not None
+        assert attempt.taken_at <= event.time <= attempt.reclaimed_at
+        assert any(
+            e.kind == "renew_failed" and e.token == event.token and e.time > event.time
+            for e in run.lock_events
+        )
+    assert simulate(scenario, preset("bullmq"), seed=0).digest() == run.digest()
+    calm = simulate(standard("memory-pressure", policy="noeviction"), preset("bullmq"), seed=0)
+    assert not [e for e in calm.lock_events if e.kind == "memory_evicted"]
+    assert all(a.outcome == "completed" for a in calm.attempts)
+
+
+def test_memory_pressure_from_toml_and_flags(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from emqsim.config import load_config
+
+    path = tmp_path / "m.toml"
+    path.write_text(
+        '[scenario]\nworkers = 2\njobs = 3\nduration = 20\n[[scenario.faults]]\nkind = "memory_pressure"\n'
+        'maxmemory = 1_100_000\npolicy = "volatile-ttl"\ncache_rate = 10.0\ncache_bytes = 500\n'
+    )
+    scenario, _ = load_config(path)
+    (fault,) = scenario.faults
+    assert (fault.maxmemory, fault.policy, fault.cache_rate, fault.cache_bytes) == (
+        1_100_000,
+        "volatile-ttl",
+        10.0,
+        500,
+    )
+    path.write_text(
+        '[scenario]\n[[scenario.faults]]\nkind = "memory_pressure"\nmaxmemory = 1000000\nat = 3\n'
+    )
+    with pytest.raises(Exception, match="memory_pressure"):
+        load_config(path)
+    bad = subprocess.run(
+        [sys.executable, "-m", "emqsim", "run", "--scenario", "fast-dead", "--cache-rate", "5"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "--maxmemory" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_random_eviction_probability_is_the_stores_draw() -> None:
+    """analytic.random_eviction_probability against the store: V keys with a TTL fill the memory, one more
+    write evicts one of them uniformly, so a given key survives n evictions with (1 - 1/V)^n."""
+    from emqsim.analytic import random_eviction_probability
+
+    volatile, writes, trials = 30, 20, 200
+    evicted = 0
+    for trial in range(trials):
+        store = _store("volatile-random", maxmemory=volatile * key_bytes("c:0000", VALUE, True), seed=trial)
+        for i in range(volatile):
+            store.set(f"c:{i:04d}", VALUE, px=10**9)
+        store.set("lock", VALUE, px=10**9)  # the lock: the same size as a cache key, so each write evicts one
+        for i in range(writes):
+            store.perform_evictions()
+            store.set(f"n:{i:04d}", VALUE, px=10**9)
+        store.perform_evictions()
+        evicted += store.execute("EXISTS", "lock") == 0
+    # writes + 1 evictions (the last check too), each among the V cache keys and the lock
+    p = random_eviction_probability(hold=writes + 1, evictions_per_s=1.0, volatile_keys=volatile + 1)
+    half = 3 * np.sqrt(p * (1 - p) / trials)
+    assert abs(evicted / trials - p) <= half, (evicted, trials, p)
+    assert (
+        random_eviction_probability(0.0, 5.0, 10) == 0.0 and random_eviction_probability(1.0, 1.0, 1) == 1.0
+    )
