@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -793,28 +792,29 @@ def _grade(args: tuple[str, str, Path]) -> str:
 
 
 ALL = list(CASES) + SOLUTIONS + list(EXACT)
-# Under real nbgrader: the cases that attack what nbgrader changes. It runs the same check functions as
-# `emqsim grade`, but inside the student's kernel (so the shadowing cases) and for the student its folder
-# names (so the copied numbers), and it scores a cell by its outputs (so the warning on stderr); the model
-# solutions show that full marks stay reachable. The other cases hand in answers that the shared checks
-# reject whoever runs them; `emqsim grade` runs every case (about 5 minutes of nbgrader saved per CI run).
-NBGRADER_ROUTES = ("shadow-", "copied-", "stderr-warning", "solution")
-NBGRADER = [(a, c) for a, c in list(CASES) + SOLUTIONS if c.startswith(NBGRADER_ROUTES)]
+# The battery is graded in two halves of about equal cost, each in its own file (this one and
+# test_grading_gaming_more.py), so pytest's parallel workers grade them at the same time; real nbgrader's
+# battery is a third file (test_grading_gaming_nbgrader.py).
+FIRST_HALF = ("01-detection-latency", "04-fencing", "05-missed-heartbeats")
+SECOND_HALF = ("02-tuning-under-pauses", "03-write-a-policy", "06-shortest-pause")
 
 
-@pytest.fixture(scope="module")
-def emqsim_grades(tmp_path_factory) -> dict[tuple[str, str], str]:
-    todo = [(a, c, tmp_path_factory.mktemp(f"{a}-{c}")) for a, c in ALL if c != "solution"]
-    todo += [(a, c, tmp_path_factory.mktemp(f"{a}-{c}")) for a, c in SOLUTIONS]
+def battery(assignments: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The cases of `assignments` (gaming, solutions, exact scores)."""
+    return [key for key in ALL if key[0] in assignments]
+
+
+def grade_all(keys: list[tuple[str, str]], tmp_path_factory) -> dict[tuple[str, str], str]:
+    """`emqsim grade`'s report for every case, two at a time."""
+    todo = [(a, c, tmp_path_factory.mktemp(f"{a}-{c}")) for a, c in keys]
     with ThreadPoolExecutor(max_workers=2) as pool:
         reports = list(pool.map(_grade, todo))
     return {(a, c): r for (a, c, _), r in zip(todo, reports, strict=True)}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("key", ALL, ids=[f"{a[:2]}-{c}" for a, c in ALL])
-def test_emqsim_grade_scores_gaming_below_full(key, emqsim_grades):
-    report = emqsim_grades[key]
+def judge(key: tuple[str, str], report: str) -> None:
+    """A gaming case fails the cells it attacks and scores below full marks; a solution passes every check; an
+    exact case scores exactly its due."""
     statuses = _statuses(report)
     assert statuses, report
     if key in EXACT:
@@ -833,92 +833,15 @@ def test_emqsim_grade_scores_gaming_below_full(key, emqsim_grades):
             assert statuses[grade_id] == "fail", f"{key}: {grade_id} did not fail\n{report}"
 
 
-# -- real nbgrader ----------------------------------------------------------------------------------------------
-def _nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "nbgrader", *args],
-        cwd=course,
-        capture_output=True,
-        text=True,
-        env=_env(),
-        timeout=3600,
-    )
+HERE = battery(FIRST_HALF)
 
 
 @pytest.fixture(scope="module")
-def nbgrader_scores(tmp_path_factory) -> dict[tuple[str, str], dict[str, float]]:
-    """Autograde every case with real nbgrader: one course, one student per case."""
-    pytest.importorskip("nbgrader")
-    course = tmp_path_factory.mktemp("course")
-    (course / "nbgrader_config.py").write_text(
-        'c = get_config()\nc.CourseDirectory.course_id = "queues"\nc.ExecutePreprocessor.timeout = 600\n'
-    )
-    assignments = sorted({a for a, _ in NBGRADER})
-    for assignment in assignments:
-        (course / "source" / assignment).mkdir(parents=True)
-        shutil.copy(FOLDER / f"{assignment}.ipynb", course / "source" / assignment)
-        proc = _nbgrader(course, "generate_assignment", assignment, "--force")
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    students = {}
-    for index, (assignment, case) in enumerate(NBGRADER):
-        student = f"{STUDENT}{index:02d}" if case != "copied-numbers" else STUDENT
-        # copied numbers must be graded as bob exactly: alice's numbers, bob's seed
-        students[(assignment, case)] = student
-        submission(assignment, case, course / "submitted" / student / assignment)
-
-    def autograde(assignment: str) -> subprocess.CompletedProcess[str]:
-        return _nbgrader(course, "autograde", assignment, "--force")
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        for proc in pool.map(autograde, assignments):
-            assert proc.returncode == 0, proc.stderr[-3000:]
-    from nbgrader.api import Gradebook
-
-    scores: dict[tuple[str, str], dict[str, float]] = {}
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "queues") as gb:
-        for (assignment, case), student in students.items():
-            nb = gb.find_submission_notebook(assignment, assignment, student)
-            scores[(assignment, case)] = {
-                g.name: (g.auto_score or 0.0) / g.max_score for g in nb.grades if g.cell.cell_type == "code"
-            }
-    return scores
+def emqsim_grades(tmp_path_factory) -> dict[tuple[str, str], str]:
+    return grade_all(HERE, tmp_path_factory)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("key", NBGRADER, ids=[f"{a[:2]}-{c}" for a, c in NBGRADER])
-def test_nbgrader_autograde_scores_gaming_below_full(key, nbgrader_scores):
-    scores = nbgrader_scores[key]
-    assert scores
-    must_fail = None if key[1] == "solution" else CASES[key][1]
-    if must_fail is None:
-        assert all(s == 1.0 for s in scores.values()), f"{key}: {scores}"
-    else:
-        for grade_id in must_fail:
-            assert scores[grade_id] == 0.0, f"{key}: {grade_id} scored under nbgrader: {scores}"
-
-
-@pytest.mark.slow
-def test_emqsim_grade_ignores_a_kernel_that_replaces_the_checker(tmp_path):
-    """An answer that replaces `emqsim.grading.check_answers` inside the kernel makes every later test cell
-    print whatever it likes. nbgrader scores the kernel's output, so it is fooled (the documented limit,
-    notebooks/assignments/README.md); `python -m emqsim grade` runs the checks outside the kernel and is not."""
-    nb = nbformat.read(FOLDER / "01-detection-latency.ipynb", as_version=4)
-    for cell in nb.cells:
-        if is_solution(cell):
-            cell.source = _strip_markers(cell.source)
-        if cell.metadata.get("nbgrader", {}).get("grade_id") == "q1-predict":
-            cell.source = (
-                "import emqsim.grading\n"
-                "emqsim.grading.check_answers = lambda *args, **kwargs: print('all checks pass')\n\n\n"
-                "def predict_detection(lease, beat, scan):\n    return 1.0, 0.0, 2.0"
-            )
-    folder = tmp_path / "patched"
-    folder.mkdir()
-    nbformat.write(nb, folder / "01-detection-latency.ipynb")
-    proc = subprocess.run(
-        [sys.executable, "-m", "emqsim", "grade", str(folder / "01-detection-latency.ipynb"),
-         "--against", str(FOLDER / "01-detection-latency.ipynb"), "--student", STUDENT],
-        capture_output=True, text=True, env=_env(), timeout=1800,
-    )  # fmt: skip
-    assert proc.returncode == 1, proc.stdout + proc.stderr[-2000:]
-    assert _statuses(proc.stdout)["q1-predict-tests"] == "fail", proc.stdout
+@pytest.mark.parametrize("key", HERE, ids=[f"{a[:2]}-{c}" for a, c in HERE])
+def test_emqsim_grade_scores_gaming_below_full(key, emqsim_grades):
+    judge(key, emqsim_grades[key])
