@@ -204,6 +204,20 @@ def test_notebook_sources_pass_the_linter():
         assert str(source) in checked, f"ruff does not check {source.name}"
 
 
+@pytest.mark.slow  # mypy reads emqsim for its types: 10 to 30 s
+def test_notebook_sources_pass_the_type_checker():
+    """mypy checks the lessons' and assignments' sources with notebooks/mypy.ini (which relaxes two rules for
+    notebook code and says why)."""
+    pytest.importorskip("mypy")
+    folders = ["notebooks/src", "notebooks/assignments/src"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", "notebooks/mypy.ini", *folders],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+    assert f"in {len(SOURCES) + 6} source files" in proc.stdout, proc.stdout[-500:]
+
+
 def test_the_explorer_is_written_once():
     """Every lesson's "Try it" imports the one explorer (emqsim.lesson_widgets); none carries its own copy."""
     for path in LESSONS:

@@ -274,7 +274,7 @@ explorer(column="slow-alive", rule="timeout", timeout=600, job=900)
 
 # %%
 moments = [1, 100, 200, 300, 400, 500, 590]
-latency = {"timeout 600 s": [], "lease 30 s, beat 10 s": []}
+latency: dict[str, list[float]] = {"timeout 600 s": [], "lease 30 s, beat 10 s": []}
 for d in moments:
     scenario = standard("fast-dead", die_after=float(d), duration=600.0)
     for label, policy in zip(latency, rules.values(), strict=False):

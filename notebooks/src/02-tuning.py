@@ -19,7 +19,7 @@ import warnings
 import pandas as pd
 from IPython.display import display
 
-from emqsim import LeasePolicy, LeaseWarning, TimeoutPolicy, plots, simulate, standard
+from emqsim import LeasePolicy, LeaseWarning, LogNormal, TimeoutPolicy, plots, simulate, standard
 from emqsim.stats import aggregate, summarize, to_frame
 
 pd.set_option("display.width", 160)
@@ -291,6 +291,7 @@ explorer(column="fast-dead", rule="lease", lease=30, beat=10)
 
 # %%
 workload = standard("production", jobs=100, horizon=3600.0)
+assert isinstance(workload.duration, LogNormal)  # heavy-tailed job lengths, given by their median
 say(
     f"`production`: {workload.workers} workers with {workload.concurrency} slots each, {workload.jobs} jobs "
     f"(median {workload.duration.median:g} s)."

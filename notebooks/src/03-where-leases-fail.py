@@ -511,12 +511,13 @@ survives_a_20s_outage = None  # True or False
 # **when the client is back**.
 
 # %%
+down = Outage(at=21.0, duration=20.0)
 outage = Scenario(
     name="outage",
     workers=2,
     jobs=1,
     duration=Fixed(120.0),
-    faults=(Outage(at=21.0, duration=20.0),),
+    faults=(down,),
     phases="aligned",
 )
 outage_run = simulate(outage, LeasePolicy(30, 10, 5), seed=SEED)
@@ -526,7 +527,8 @@ plots.timeline(outage_run, title="A 20 s outage of every connection, 21 s into a
 from emqsim.faults import reconnect_delay_ms
 
 back = 21.0 + analytic.reconnect_time(20.0)
-attempts_at, n = [], 0  # the client's reconnect attempts, seconds after the disconnect
+attempts_at: list[float] = []  # the client's reconnect attempts, seconds after the disconnect
+n = 0
 while not attempts_at or attempts_at[-1] < 20.0:
     n += 1
     attempts_at.append((attempts_at[-1] if attempts_at else 0.0) + reconnect_delay_ms(n) / 1000)
@@ -534,7 +536,7 @@ events = [e for e in outage_run.lock_events if e.job == "0" and e.token == outag
 expired = next(e.time for e in events if e.kind == "expired")
 say(
     f"The last renewal before the outage kept the lock until {expired:.1f} s. The network was back at "
-    f"{outage.faults[0].at + outage.faults[0].duration:g} s, but "
+    f"{down.at + down.duration:g} s, but "
     f"the client's reconnect attempts come {', '.join(f'{x:g}' for x in attempts_at)} s after the disconnect, "
     f"so it was connected again only at {back:.1f} s (`reconnect_time(20) = {analytic.reconnect_time(20.0):g}`), "
     f"and its queued renewal came too late: `{plots.verdict(outage_run).text}`."
@@ -591,17 +593,17 @@ outage_table = pd.DataFrame(rows)
 outage_table
 
 # %%
-row = {r["outage D (s)"]: r for r in rows}
-longest_safe = max(D for D, r in row.items() if r["P(lapse) 30/10"] == 0)
+by_outage = {r["outage D (s)"]: r for r in rows}
+longest_safe = max(D for D, r in by_outage.items() if r["P(lapse) 30/10"] == 0)
 say(
-    f"Counting beats, an outage of {longest_safe:g} s loses {row[longest_safe]['beats lost (naive)']} and one "
-    f"of 20 s {row[20.0]['beats lost (naive)']}, both fewer than the {k} that lapse a 30/10 lease. The "
+    f"Counting beats, an outage of {longest_safe:g} s loses {by_outage[longest_safe]['beats lost (naive)']} and one "
+    f"of 20 s {by_outage[20.0]['beats lost (naive)']}, both fewer than the {k} that lapse a 30/10 lease. The "
     f"reconnect backoff tells another story: after the {longest_safe:g} s outage the client is back at "
-    f"{row[longest_safe]['reconnect_time(D)']:g} s, and the lease survives "
-    f"(P(lapse) {row[longest_safe]['P(lapse) 30/10']:g}, simulated {row[longest_safe]['simulated 30/10']:g}); "
-    f"after a 20 s outage it is back only at {row[20.0]['reconnect_time(D)']:g} s, longer than the lease: "
-    f"P(lapse) {row[20.0]['P(lapse) 30/10']:g} for 30/10 and {row[20.0]['P(lapse) BullMQ 30']:g} for BullMQ's "
-    f"rule (simulated {row[20.0]['simulated 30/10']:g}). Against that outage a shorter beat does not help (the "
+    f"{by_outage[longest_safe]['reconnect_time(D)']:g} s, and the lease survives "
+    f"(P(lapse) {by_outage[longest_safe]['P(lapse) 30/10']:g}, simulated {by_outage[longest_safe]['simulated 30/10']:g}); "
+    f"after a 20 s outage it is back only at {by_outage[20.0]['reconnect_time(D)']:g} s, longer than the lease: "
+    f"P(lapse) {by_outage[20.0]['P(lapse) 30/10']:g} for 30/10 and {by_outage[20.0]['P(lapse) BullMQ 30']:g} for BullMQ's "
+    f"rule (simulated {by_outage[20.0]['simulated 30/10']:g}). Against that outage a shorter beat does not help (the "
     "reconnect alone outlasts the lease); only a lease longer than the reconnect time does."
 )
 

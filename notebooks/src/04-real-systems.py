@@ -14,7 +14,7 @@
 import pandas as pd
 from IPython.display import display
 
-from emqsim import LeasePolicy, plots, simulate, standard
+from emqsim import LeasePolicy, LogNormal, plots, simulate, standard
 from emqsim.stats import aggregate, summarize, to_frame
 
 pd.set_option("display.width", 160)
@@ -73,9 +73,11 @@ both_right = None  # e.g. ["bullmq", "sqs"], or [] for none
 # notebook 01, under each system's defaults:
 
 # %% tags=["reveal:both"]
+from typing import Any
+
 rows = []
 for name, p in PRESETS.items():
-    row = {"preset": name, "rule": p.mechanism}
+    row: dict[str, Any] = {"preset": name, "rule": p.mechanism}
     for kind in ("slow-alive", "fast-dead"):
         run = simulate(standard(kind), p.policy(), seed=SEED)
         verdict = plots.verdict(run)
@@ -101,7 +103,7 @@ wrong_because = {
     r["preset"]: lessons.join(kind for kind in ("slow-alive", "fast-dead") if not r[kind + " ok"])
     for r in rows
 }
-guessed = both_right if isinstance(both_right, list | tuple | set) else []
+guessed: list[str] = list(both_right) if isinstance(both_right, list | tuple | set) else []
 named_wrong = [n for n in guessed if n in wrong_because and n not in both]
 say(
     lessons.report(
@@ -153,6 +155,7 @@ explorer(column="slow-alive", rule="timeout", timeout=30, job=900)
 
 # %%
 workload = standard("production", jobs=120)
+assert isinstance(workload.duration, LogNormal)  # heavy-tailed job lengths, given by their median
 REPLICATIONS = 2
 say(
     f"`production`: {workload.workers} workers with {workload.concurrency} slots each, {workload.jobs} jobs "
@@ -167,6 +170,8 @@ table[["label", "false_reclaims_per_job", "detection_latency_mean_s", "detection
        "crashes_undetected_total", "duplicate_completions_total", "redis_requests_per_s"]].round(3)
 
 # %%
+import matplotlib.pyplot as plt
+
 from emqsim.stats import DEPRECATED_KEYS
 
 NEVER = workload.horizon  # a system that never detected a crash within the run is drawn at this ceiling
@@ -185,7 +190,7 @@ ax = plots.frontier(
 )
 ax.axvline(NEVER, color="grey", linestyle="--")
 ax.text(NEVER, 0.98, " never detected ", transform=ax.get_xaxis_transform(), ha="right", va="top", color="grey")
-ax.figure.set_size_inches(9, 5.5)
+plt.gcf().set_size_inches(9, 5.5)
 ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)  # beside the axes: it covers no point or label
 lessons.spread_labels(ax)  # systems at the same spot get a stack of names, not one smudge
 say(
