@@ -77,6 +77,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "emqsim.verdict",
             "emqsim.examples",  # written as a reader would: from the front door
             "emqsim.lessons",  # the lessons' answers to a prediction (notebooks/0*.ipynb)
+            "emqsim.lesson_widgets",  # the lessons' explorer (notebooks/0*.ipynb)
         ],
     ),
 ]

@@ -115,14 +115,21 @@ def test_there_are_five_assignments():
     assert (FOLDER / "README.md").is_file()
 
 
-def test_sources_match_their_build_script():
-    """The notebooks are generated from _build.py: rebuilding changes nothing."""
+def test_sources_match_their_build_script(capsys):
+    """The notebooks are generated from their jupytext sources src/*.py by _build.py: rebuilding changes
+    nothing, and the nbgrader metadata in the sources' cell headers reaches the notebooks unchanged."""
+    pytest.importorskip("jupytext")
     spec = importlib.util.spec_from_file_location("assignments_build", FOLDER / "_build.py")
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
-    assert sorted(build.NOTEBOOKS) == NAMES
-    for name, cells in build.NOTEBOOKS.items():
-        assert nbformat.writes(build.build(cells)) + "\n" == (FOLDER / name).read_text(), f"rebuild {name}"
+    assert sorted(build.sources()) == NAMES
+    for name, source in build.sources().items():
+        assert nbformat.writes(build.build(source)) + "\n" == (FOLDER / name).read_text(), f"rebuild {name}"
+        headers = [line for line in source.read_text().splitlines() if line.startswith("# %%")]
+        graded = [c for c in nbformat.read(FOLDER / name, as_version=4).cells if "nbgrader" in c.metadata]
+        assert len(graded) == sum("nbgrader=" in h for h in headers) > 0, name
+    assert build.main(["--check"]) == 0
+    assert build.main(["--bad"]) == 2 and capsys.readouterr().err.count("\n") == 1
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=[p.stem for p in SOURCES])

@@ -3,6 +3,7 @@ none, all, the wrong type), and the generated lessons ask each prediction before
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -161,12 +162,70 @@ def tags(cell) -> list[str]:
     return list(cell.get("metadata", {}).get("tags", []))
 
 
-@pytest.mark.slow  # builds all six lessons: about 5 to 10 s
-def test_lessons_are_rebuilt_from_their_source(tmp_path):
-    """notebooks/_build.py (and _build_06.py) generate the lessons: rebuilding changes no byte."""
-    subprocess.run([sys.executable, str(ROOT / "notebooks" / "_build.py"), str(tmp_path)], check=True)
+SOURCES = sorted((ROOT / "notebooks" / "src").glob("0*.py"))
+
+
+def test_every_lesson_has_one_source():
+    """Each lesson notebooks/NN-name.ipynb is built from notebooks/src/NN-name.py, and nothing else is."""
+    assert [p.stem for p in SOURCES] == [p.stem for p in LESSONS] and len(LESSONS) == 6
+
+
+def test_lessons_are_rebuilt_from_their_source(tmp_path, capsys):
+    """notebooks/_build.py builds the lessons from their jupytext sources: rebuilding changes no byte, and
+    `--check` agrees."""
+    pytest.importorskip("jupytext")
+    spec = importlib.util.spec_from_file_location("lessons_build", ROOT / "notebooks" / "_build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    assert build.main([str(tmp_path)]) == 0
     for path in LESSONS:
-        assert (tmp_path / path.name).read_bytes() == path.read_bytes(), f"rebuild {path.name}"
+        assert (tmp_path / path.name).read_bytes() == path.read_bytes(), (
+            f"{path.name} differs from notebooks/src/{path.stem}.py: run python notebooks/_build.py"
+        )
+    assert build.main(["--check"]) == 0
+    assert build.main(["--bad"]) == 2 and capsys.readouterr().err.count("\n") == 1
+
+
+def test_notebook_sources_pass_the_linter():
+    """`ruff check` covers the notebooks' sources and builders (notebooks/ruff.toml turns off only the rules a
+    notebook breaks on purpose, and says why)."""
+    ruff = pytest.importorskip("ruff")
+    del ruff
+    proc = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "notebooks"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-1000:]
+    checked = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "--show-files", "notebooks"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    ).stdout  # fmt: skip
+    for source in SOURCES:
+        assert str(source) in checked, f"ruff does not check {source.name}"
+
+
+@pytest.mark.slow  # mypy reads emqsim for its types: 10 to 30 s
+def test_notebook_sources_pass_the_type_checker():
+    """mypy checks the lessons' and assignments' sources with notebooks/mypy.ini (which relaxes two rules for
+    notebook code and says why)."""
+    pytest.importorskip("mypy")
+    folders = ["notebooks/src", "notebooks/assignments/src"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", "notebooks/mypy.ini", *folders],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+    assert f"in {len(SOURCES) + 6} source files" in proc.stdout, proc.stdout[-500:]
+
+
+def test_the_explorer_is_written_once():
+    """Every lesson's "Try it" imports the one explorer (emqsim.lesson_widgets); none carries its own copy."""
+    for path in LESSONS:
+        text = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells)
+        assert "from emqsim.lesson_widgets import explorer" in text, path.name
+        assert "def explorer" not in text and "widgets.IntSlider" not in text, (
+            f"{path.name}: a pasted explorer"
+        )
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=[p.stem for p in LESSONS])
@@ -195,7 +254,7 @@ def test_every_prediction_is_asked_before_it_is_answered(path):
             f"{path.name}: {name}'s answer ignores a guess"
         )
     explorer = next(
-        i for i, c in enumerate(nb.cells) if "explorer(" in c.source and "def explorer" in c.source
+        i for i, c in enumerate(nb.cells) if "from emqsim.lesson_widgets import explorer" in c.source
     )
     first_answer = min(min(at["answer"]) for at in where.values())
     first_prediction = min(at["predict"][0] for at in where.values())
@@ -212,3 +271,19 @@ def test_no_lesson_gives_away_an_assignment_answer():
     assert "except none" not in text
     six = "\n".join(c.source for c in nbformat.read(LESSONS[5], as_version=4).cells)
     assert "TimeoutPolicy(timeout=60" not in six and 'property == "no_duplicate_completion"' not in six
+
+
+@pytest.mark.slow  # imports ipywidgets and matplotlib and draws two timelines: about 3.5 s
+def test_the_explorer_redraws_and_names_a_bad_setting(monkeypatch, capsys):
+    """The lessons' explorer (emqsim.lesson_widgets) runs its first setting at once and says what happened;
+    a control moved to a setting the policy refuses gets one line saying why, not a traceback."""
+    pytest.importorskip("ipywidgets")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    from emqsim.lesson_widgets import explorer
+
+    box = explorer(column="slow-alive", rule="lease", lease=30, beat=10, freeze=25, job=120)
+    status, (lease, beat, _timeout) = box.children[3], box.children[1].children
+    assert status.value.startswith("wrongly reclaimed") and "redrawn in" in status.value
+    beat.value = lease.value + 10  # a beat longer than the lease
+    assert status.value.startswith("not a valid setting: beat (40 s) must be shorter than the lease")
+    capsys.readouterr()
