@@ -73,6 +73,8 @@ SLOW_FILES = frozenset(
         "test_bullmq_real.py",
         "test_clockwatch.py",
         "test_grading_gaming.py",
+        "test_grading_gaming_more.py",
+        "test_grading_gaming_nbgrader.py",
         "test_install_paths.py",
         "test_interrupts.py",
         "test_live.py",
@@ -135,8 +137,40 @@ def is_slow(item: pytest.Item) -> bool:
     return item.get_closest_marker("slow") is not None or name in SLOW_FILES or test in SLOW_TESTS
 
 
+# The files that take longest, longest first: pytest-xdist hands whole files to its workers in collection order
+# (`--dist loadfile --no-loadscope-reorder` in pyproject.toml), so the longest start at once and the short ones
+# fill in around them, instead of a long file starting last and running alone at the end.
+LONGEST_FIRST = (
+    "test_grading_gaming_more.py",
+    "test_grading_gaming.py",
+    "test_grading_gaming_nbgrader.py",
+    "test_assignments.py",
+    "test_bullmq_real.py",
+    "test_install_paths.py",
+    "test_notebooks.py",
+    "test_explore.py",
+    "test_lessons_browser.py",
+    "test_bullmq_real_client.py",
+    "test_tune.py",
+    "test_grading_gradebook.py",
+    "test_live.py",
+    "test_live_outages.py",
+    "test_live_failures.py",
+    "test_live_memory.py",
+    "test_streaming.py",
+    "test_fuzz.py",
+)
+
+
+def _file_rank(item: pytest.Item) -> int:
+    name = Path(str(item.fspath)).name
+    return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Without EMQSIM_SLOW=1, deselect the slow suite (pytest's closing line counts it as deselected)."""
+    """The longest files first (LONGEST_FIRST; the order within a file stays). Without EMQSIM_SLOW=1, deselect
+    the slow suite (pytest's closing line counts it as deselected)."""
+    items.sort(key=_file_rank)  # stable
     if runs_slow_tests():
         return
     slow = [item for item in items if is_slow(item)]

@@ -4,7 +4,7 @@ and CI runs both."""
 import ast
 from pathlib import Path
 
-from conftest import SLOW_ENV, SLOW_FILES, SLOW_TESTS
+from conftest import LONGEST_FIRST, SLOW_ENV, SLOW_FILES, SLOW_TESTS
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent
@@ -34,3 +34,9 @@ def test_every_slow_test_exists_and_is_not_in_a_slow_file_already():
 def test_ci_runs_the_slow_suite_and_the_readme_says_how():
     assert f"export {SLOW_ENV}=1" in (ROOT / ".ci" / "run").read_text()
     assert f"{SLOW_ENV}=1 python -m pytest -q" in (ROOT / "README.md").read_text()
+
+
+def test_the_longest_first_list_names_files_that_exist_once():
+    missing = sorted(name for name in LONGEST_FIRST if not (TESTS / name).is_file())
+    assert not missing, f"LONGEST_FIRST names files that do not exist: {missing}"
+    assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
