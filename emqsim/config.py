@@ -318,3 +318,13 @@ def _policy(table: Any, where: _Located) -> ReclaimPolicy:
     raise where.error(
         "policy.kind", f"must be 'lease', 'timeout' or a preset ({', '.join(PRESETS)}), got {kind!r}"
     )
+
+
+# -- for the other TOML readers (emqsim.cli.tune): the same line-naming errors and distribution checks ---------
+Located = _Located
+
+
+def toml_distribution(value: Any, name: str, where: _Located) -> Distribution:
+    """A TOML value (seconds, or a spec like 'exp:60'; file: paths beside the file) as a checked distribution;
+    a bad one raises a ConfigError naming the key's line."""
+    return _dist(value, name, where)
