@@ -22,6 +22,7 @@ from emqsim.grading.answers import GRADING_ENV, _as_python
 from emqsim.grading.guard import _changed, _snapshot
 from emqsim.grading.notebooks import _meta, _read, is_autograded, is_locked, is_solution
 from emqsim.grading.report import _one_line
+from emqsim.processes import kill_group
 
 # -- checks that run outside the student's namespace ----------------------------------------------------------
 CHECK_TIMEOUT = 900.0
@@ -98,10 +99,7 @@ def _cells_before(nb: Any, test_id: str) -> list[tuple[str, str, bool]]:
 
 def _kill_group(proc: subprocess.Popen[Any]) -> None:
     """Kill `proc`'s whole process group (it was started in a session of its own)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(Exception):
-        proc.wait(timeout=10)
+    kill_group(proc, wait=10)
 
 
 def _run_checker(

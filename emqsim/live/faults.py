@@ -3,8 +3,6 @@ scenario's times and from the same named random streams as the simulator, scaled
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import time
 from collections.abc import Callable
@@ -17,10 +15,9 @@ from emqsim.faults import Block, Crash, Freeze, as_distribution
 from emqsim.keys import QueueKeys
 from emqsim.live.records import Proc
 from emqsim.live.settings import LiveSettings
+from emqsim.processes import signal_group
 from emqsim.scenario import Scenario
-from emqsim.units import to_ms
-
-HOUR_S = 3600.0
+from emqsim.units import HOUR_S, to_ms
 
 
 class FaultHost(Protocol):
@@ -101,8 +98,7 @@ class FaultInjection:
         proc = self.procs[wid]
         if proc.state == "dead":
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.popen.pid, signal.SIGKILL)
+        signal_group(proc.popen.pid, signal.SIGKILL)
         now = time.time()
         proc.state = "dead"
         proc.timeline.append((now, "dead"))
@@ -159,8 +155,7 @@ class FaultInjection:
         proc = self.procs[wid]
         if proc.state != "alive":
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.popen.pid, signal.SIGSTOP)
+        signal_group(proc.popen.pid, signal.SIGSTOP)
         now = time.time()
         proc.state = "frozen"
         proc.timeline.append((now, "frozen"))
@@ -171,8 +166,7 @@ class FaultInjection:
         proc = self.procs[wid]
         if proc.state != "frozen":
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.popen.pid, signal.SIGCONT)
+        signal_group(proc.popen.pid, signal.SIGCONT)
         now = time.time()
         proc.state = "alive"
         proc.timeline.append((now, "alive"))
