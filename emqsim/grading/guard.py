@@ -16,8 +16,7 @@ def _snapshot() -> dict[tuple[str, str], Any]:
 
     import numpy
 
-    import emqsim
-    import emqsim.analytic
+    import emqsim.analytic  # (and the package, emqsim, with it)
     import emqsim.fencing  # (emqsim.grading is loaded: this module is in it)
     import emqsim.protocol
     import emqsim.stats  # noqa: F401
