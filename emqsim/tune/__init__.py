@@ -21,10 +21,10 @@ How the search works:
      confirmed. The work is bounded: at most candidates x max_replications + 3 x verify_max runs, stated up
      front.
 
-Intervals (the replication is the unit; one function each, see `rate_interval`, `ratio_interval`,
-`paired_interval`, `bootstrap_interval`):
+Intervals (the replication is the unit; `rate_interval`, `ratio_interval` and `paired_interval` are
+emqsim.stats' functions, docs/statistics.md; `bootstrap_interval` is tune's own):
   rates      false reclaims: quasi-Poisson Garwood interval, dispersion measured from the per-run counts;
-             no event in any run: the Poisson bound on the exposure divided by the largest cluster one fault
+             no event in any run: the Poisson bound on the exposure times the largest cluster one fault
              can cause (a worker's concurrency: a pause or a lost renewal lapses all of one worker's locks)
   means      detection latency and Redis requests/s: ratio estimator with a cluster-robust t interval
   p99        percentile bootstrap over replications (seeded, so deterministic)
@@ -75,7 +75,6 @@ from emqsim.tune.measure import (
     Group,
     _fmt,
     _p99,
-    _t,
     bootstrap_interval,
     check_limits,
     measure,
@@ -247,7 +246,6 @@ __all__ = [
     "_race",
     "_random_faults",
     "_row",
-    "_t",
     "_table",
     "_typical_rtt",
     "_why_lost",

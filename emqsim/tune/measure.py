@@ -9,76 +9,43 @@ from typing import TypeVar
 
 import numpy as np
 
-from emqsim.stats import RunSummary
+from emqsim.stats import RunSummary, cluster_rate_ci, mean_ci, poisson_zero_upper_bound, ratio_ci
 from emqsim.tune.candidates import Candidate, Metric
 from emqsim.tune.inputs import Limits, Workload
 
 
-# -- intervals: the replication is the unit ------------------------------------------------------------------
-def _t(level: float, df: int) -> float:
-    from scipy import stats as st
+# -- intervals: the replication is the unit; the arithmetic is emqsim.stats' ---------------------------------
+def _metric(estimate: float, lo: float, hi: float) -> Metric:
+    """stats' (estimate, lo, hi), nan where no honest value exists, as a Metric (None there)."""
 
-    return float(st.t.ppf((1 + level) / 2, df))
+    def value(x: float) -> float | None:
+        return None if math.isnan(x) else x
+
+    return Metric(value(estimate), value(lo), value(hi))
 
 
 def rate_interval(counts: Sequence[float], exposures: Sequence[float], level: float, cluster: int) -> Metric:
-    """Events per unit of exposure over replications: a quasi-Poisson Garwood interval whose dispersion is
-    measured from the per-run counts (at least 1, inflated by (t/z)^2 for estimating it from few runs). With
-    no event in any run: [0, U] with U the Poisson bound -ln((1 - level)/2) on the exposure divided by
-    `cluster`, the most events one fault can cause (so U holds even when events come in clusters)."""
-    from scipy import stats as st
-
-    x = np.asarray(counts, dtype=float)
-    n = np.asarray(exposures, dtype=float)
-    total, exposure = float(x.sum()), float(n.sum())
-    if exposure <= 0 or len(x) < 2:
-        return Metric(total / exposure if exposure > 0 else None)
-    alpha = 1 - level
-    if total == 0:
-        return Metric(0.0, 0.0, -math.log(alpha / 2) * max(1, cluster) / exposure)
-    rate = total / exposure
-    expected = rate * n
-    keep = expected > 0
-    phi = float(((x[keep] - expected[keep]) ** 2 / expected[keep]).sum()) / (len(x) - 1)
-    phi = max(phi, 1.0) * (_t(level, len(x) - 1) / float(st.norm.ppf(1 - alpha / 2))) ** 2
-    k, e = total / phi, exposure / phi
-    lo = float(st.chi2.ppf(alpha / 2, 2 * k)) / 2 / e
-    hi = float(st.chi2.ppf(1 - alpha / 2, 2 * k + 2)) / 2 / e
-    return Metric(rate, lo, hi)
+    """Events per unit of exposure over replications: `stats.cluster_rate_ci` (a quasi-Poisson Garwood
+    interval whose dispersion is measured from the per-run counts). With no event in any run: [0, U] with U
+    `stats.poisson_zero_upper_bound` (the Poisson bound on the whole exposure, times `cluster`, the most events
+    one fault can cause); docs/statistics.md says why tune's zero bound is not the sweep's."""
+    total, exposure = (
+        float(np.asarray(counts, dtype=float).sum()),
+        float(np.asarray(exposures, dtype=float).sum()),
+    )
+    if total == 0 and exposure > 0 and len(counts) >= 2:
+        return Metric(0.0, 0.0, poisson_zero_upper_bound(exposure, level, cluster))
+    return _metric(*cluster_rate_ci(counts, exposures, level))
 
 
 def ratio_interval(sums: Sequence[float], counts: Sequence[float], level: float) -> Metric:
-    """sum(S)/sum(N) over replications with a cluster-robust (linearised ratio) t interval; no interval with
-    fewer than two replications or no spread."""
-    s = np.asarray(sums, dtype=float)
-    n = np.asarray(counts, dtype=float)
-    keep = n > 0
-    s, n = s[keep], n[keep]
-    if n.sum() == 0:
-        return Metric(None)
-    m = float(s.sum() / n.sum())
-    r = len(n)
-    if r < 2:
-        return Metric(m)
-    resid = (s - m * n) / n.mean()
-    se = math.sqrt(float((resid**2).sum()) / (r * (r - 1)))
-    if se == 0:
-        return Metric(m)
-    half = _t(level, r - 1) * se
-    return Metric(m, m - half, m + half)
+    """sum(S)/sum(N) over replications with a cluster-robust t interval (`stats.ratio_ci`)."""
+    return _metric(*ratio_ci(sums, counts, level))
 
 
 def paired_interval(diffs: Sequence[float], level: float) -> Metric:
-    """Mean of per-replication differences (same seeds) with a t interval."""
-    d = np.asarray(diffs, dtype=float)
-    if d.size == 0:
-        return Metric(None)
-    m = float(d.mean())
-    sd = float(d.std(ddof=1)) if d.size > 1 else 0.0
-    if d.size < 2 or sd == 0:
-        return Metric(m)
-    half = _t(level, d.size - 1) * sd / math.sqrt(d.size)
-    return Metric(m, m - half, m + half)
+    """Mean of per-replication differences (same seeds) with a t interval (`stats.mean_ci`)."""
+    return _metric(*mean_ci(diffs, level))
 
 
 Group = TypeVar("Group")  # what one replication contributes to a bootstrapped statistic

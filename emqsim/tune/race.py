@@ -17,7 +17,7 @@ from emqsim.errors import ConfigError
 from emqsim.policies import ReclaimPolicy
 from emqsim.pools import batches, owned_pool, result_of, submit_all, wait_some
 from emqsim.scenario import Scenario
-from emqsim.stats import RunSummary
+from emqsim.stats import RunSummary, poisson_zero_upper_bound
 from emqsim.sweep import run_batch
 from emqsim.tune.candidates import Candidate, Metric
 from emqsim.tune.inputs import VERIFY_CANDIDATES, VERIFY_SEED_OFFSET, Limits, SearchSpace, Workload
@@ -313,7 +313,7 @@ def zero_event_bound(w: Workload, limits: Limits, runs: int, level: float) -> fl
     reclaim at all, the Poisson bound -ln((1 - level)/2) x concurrency over the most exposure the runs can have
     (every job arrived, per job; the whole horizon, per hour)."""
     exposure = w.jobs if limits.false_reclaims_per == "job" else w.horizon / 3600
-    return -math.log((1 - level) / 2) * max(1, w.concurrency) / (runs * exposure)
+    return poisson_zero_upper_bound(runs * exposure, level, w.concurrency)
 
 
 def check_certifiable(w: Workload, limits: Limits, runs: int, level: float, budget: str) -> None:
