@@ -11,6 +11,7 @@ and draw. (The notebooks import the library from outside the package: nothing in
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -151,10 +152,16 @@ def imports(module: str, path: Path, known: dict[str, Path], root_names: dict[st
     return found
 
 
-def graph() -> dict[str, set[str]]:
+@functools.cache
+def _graph() -> dict[str, frozenset[str]]:
     known = modules()
     root_names = _defined_in_package_root(known)
-    return {m: imports(m, p, known, root_names) for m, p in known.items()}
+    return {m: frozenset(imports(m, p, known, root_names)) for m, p in known.items()}
+
+
+def graph() -> dict[str, set[str]]:
+    """Module -> the emqsim modules it imports (parsed once per test session; a fresh copy each call)."""
+    return {m: set(targets) for m, targets in _graph().items()}
 
 
 def cycles(g: dict[str, set[str]]) -> list[frozenset[str]]:
