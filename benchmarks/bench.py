@@ -516,7 +516,7 @@ def _extrapolate(points: list[tuple[float, float]], x: float) -> float:
 
 def section_breakdown(cfg: argparse.Namespace, report: Report) -> dict[str, Any]:
     """Where the default sweep's time goes, and the best the 2-process pool could do with its batching."""
-    from emqsim.sweep import _batches
+    from emqsim.pools import batches  # the sweep's batching (emqsim.sweep.run_sweep)
 
     data = run_child("breakdown", replications=cfg.breakdown_replications)
     reps = data["replications"]
@@ -526,8 +526,8 @@ def section_breakdown(cfg: argparse.Namespace, report: Report) -> dict[str, Any]
     for cell in data["cells"]:
         by_scenario[cell["scenario"]] = by_scenario.get(cell["scenario"], 0.0) + sum(cell["cpu_s"])
     scale = 30 / reps  # the default sweep runs 30 replications
-    batches = _batches(list(range(len(tasks))), parts=8 * 2)
-    finish = _greedy([sum(tasks[i] for i in b) for b in batches], workers=2)
+    cut = batches(list(range(len(tasks))), parts=64 * 2)  # as run_sweep cuts them for 2 processes
+    finish = _greedy([sum(tasks[i] for i in b) for b in cut], workers=2)
     lpt = _greedy(sorted(tasks, reverse=True), workers=2)
     res = {
         "replications": reps,
@@ -549,7 +549,7 @@ def section_breakdown(cfg: argparse.Namespace, report: Report) -> dict[str, Any]
     for cell in sorted(data["cells"], key=lambda c: -sum(c["cpu_s"]))[:8]:
         report.line(f"       {cell['scenario']:14} {cell['policy']:52} {sum(cell['cpu_s']):6.1f} s")
     report.line(
-        f"       2 processes, current batching (16 batches in cell order): makespan {finish:.1f} s, "
+        f"       2 processes, current batching ({len(cut)} batches in cell order): makespan {finish:.1f} s, "
         f"schedule efficiency {res['schedule_efficiency_current']:.0%}; longest-first per task: "
         f"{res['schedule_efficiency_lpt']:.0%}"
     )

@@ -1,8 +1,11 @@
 """emqsim: why a job queue should find dead workers with a lock lease renewed by a heartbeat, not a timeout.
 
->>> from emqsim import simulate, LeasePolicy, TimeoutPolicy, standard
+>>> from emqsim import LeasePolicy, TimeoutPolicy, simulate, simulate_summary, standard, summarize
 >>> run = simulate(standard("fast-dead"), LeasePolicy(lease=30, beat=10), seed=1)
 >>> summary = simulate_summary(standard("fast-dead"), LeasePolicy(lease=30, beat=10), seed=1)  # no records
+>>> summary == summarize(run)  # the same numbers, without keeping the records
+True
+>>> timeout = simulate_summary(standard("fast-dead"), TimeoutPolicy(timeout=60), seed=1)
 """
 
 # ruff: noqa: E402  (the program's quiet Ctrl-C handler goes in before the heavy imports)

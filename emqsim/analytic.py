@@ -708,6 +708,8 @@ def partition_lapse_probability(
     """P(lapse) for a silent partition of D s at a uniformly random moment: the freeze formula at R_P(D)."""
     recovery = partition_recovery(partition, give_up=give_up)
     return freeze_lapse_probability(lease, renewal, recovery, rtt=rtt, resolution=resolution)
+
+
 def random_eviction_probability(hold: float, evictions_per_s: float, volatile_keys: float) -> float:
     """P(a lock held `hold` s is evicted) under maxmemory with `volatile-random` (or `allkeys-random` with
     `volatile_keys` all keys), once the memory is full: each eviction draws one of the V candidate keys

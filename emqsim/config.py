@@ -14,7 +14,15 @@ from typing import Any
 from emqsim.distributions import Distribution, parse_distribution
 from emqsim.errors import ConfigError
 from emqsim.faults import (
-    Block, ChildCrash, Crash, Freeze, MemoryPressure, Network, Outage, Partition, RandomFaults,
+    Block,
+    ChildCrash,
+    Crash,
+    Freeze,
+    MemoryPressure,
+    Network,
+    Outage,
+    Partition,
+    RandomFaults,
 )  # fmt: skip
 from emqsim.fileio import read_regular_text
 from emqsim.policies import LeasePolicy, ReclaimPolicy, TimeoutPolicy
@@ -348,3 +356,13 @@ def _policy(table: Any, where: _Located) -> ReclaimPolicy:
     raise where.error(
         "policy.kind", f"must be 'lease', 'timeout' or a preset ({', '.join(PRESETS)}), got {kind!r}"
     )
+
+
+# -- for the other TOML readers (emqsim.cli.tune): the same line-naming errors and distribution checks ---------
+Located = _Located
+
+
+def toml_distribution(value: Any, name: str, where: _Located) -> Distribution:
+    """A TOML value (seconds, or a spec like 'exp:60'; file: paths beside the file) as a checked distribution;
+    a bad one raises a ConfigError naming the key's line."""
+    return _dist(value, name, where)

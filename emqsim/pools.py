@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from typing import Any, TypeVar
 
+from emqsim.processes import set_parent_death_signal
+
 T = TypeVar("T")
 
 # SIGALRM raises a swallowed Ctrl-C again (emqsim.cli.process); Windows has neither it nor signal masks
@@ -126,12 +128,7 @@ def _worker_init() -> None:
             signal.signal(signum, signal.SIG_DFL)
     if CAN_BLOCK:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
-    with contextlib.suppress(Exception):
-        import ctypes
-        import ctypes.util
-
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    set_parent_death_signal(signal.SIGKILL)
 
 
 def start_pool(workers: int) -> ProcessPoolExecutor:

@@ -298,6 +298,16 @@ def zero_rate_upper_bound(replications: int, level: float = LEVEL) -> float:
     return 1.0 - ((1 - level) / 2) ** (1.0 / replications)
 
 
+def poisson_zero_upper_bound(exposure: float, level: float = LEVEL, cluster: int = 1) -> float:
+    """Upper bound on a rate when no event was seen over `exposure` (all runs together), for events that come
+    from a Poisson process of faults, each causing at most `cluster` events: -ln(alpha/2) x cluster / exposure
+    (the one-sided Poisson bound at 1 - alpha/2, the same tail as `zero_rate_upper_bound`). `emqsim tune` uses
+    it, where the workload's faults are such a process; docs/statistics.md compares the two bounds."""
+    if exposure <= 0:
+        return math.nan
+    return -math.log((1 - level) / 2) * max(1, cluster) / exposure
+
+
 def cluster_rate_ci(
     counts: Sequence[float],
     exposures: Sequence[float],

@@ -19,6 +19,7 @@ import numpy as np
 from emqsim.errors import ConfigError
 
 MAX_MS = 2**53
+HOUR_S = 3600.0  # rates of random faults are per worker-hour
 MAX_SECONDS = MAX_MS / 1000
 
 

@@ -17,7 +17,9 @@ import pytest
 
 from emqsim import Crash, Fixed, Freeze, LeasePolicy, Scenario, TimeoutPolicy, simulate, standard
 from emqsim.errors import ConfigError
-from emqsim.live import LiveRun, PrivateRedis, add_live_arguments, main_live
+from emqsim.live import LiveRun, PrivateRedis
+from emqsim.live.arguments import add_live_arguments
+from emqsim.live.cli import main_live
 from emqsim.stats import summarize
 
 SCALE = 0.02  # 1 scenario second = 20 ms real

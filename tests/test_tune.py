@@ -17,6 +17,7 @@ from emqsim.cli import main
 from emqsim.config import load_config
 from emqsim.distributions import Empirical, Fixed, LogNormal
 from emqsim.errors import ConfigError
+from emqsim.plots.tune import figure  # the figure is a front end's (emqsim.plots)
 from emqsim.summaries import simulate_summary
 from emqsim.tune import (
     VERIFY_SEED_OFFSET,
@@ -30,7 +31,6 @@ from emqsim.tune import (
     build_candidates,
     bullmq_settings,
     check_limits,
-    figure,
     longest_safe_outage,
     measure,
     predict,

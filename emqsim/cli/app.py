@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = argv  # the command line, for the provenance written with results
     if args.command == "live":
-        from emqsim.live import main_live
+        from emqsim.live.cli import main_live
 
         handler = main_live
     else:

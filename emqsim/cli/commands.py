@@ -269,7 +269,7 @@ def cmd_timeline(args: argparse.Namespace) -> int:
 
 
 def cmd_explore(args: argparse.Namespace) -> int:
-    from emqsim.explore import cmd_explore as run_explore
+    from emqsim.cli.explore import cmd_explore as run_explore
 
     if not args.dask:
         args.jobs = clamp_jobs(args.jobs)  # 40 processes on 2 cores only wait for each other
@@ -378,7 +378,7 @@ def cmd_assignments(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from emqsim.tune_cli import cmd_tune as tune_command
+    from emqsim.cli.tune import cmd_tune as tune_command
 
     return tune_command(args)
 

@@ -343,7 +343,7 @@ def build_parser() -> Parser:
         "sweep phases, fault lengths. Prints the exact min/mean/max of fault -> reclaim, the properties "
         "that fail, their boundaries and smallest counterexamples (docs/explore.md).",
     )
-    from emqsim.explore import add_explore_arguments
+    from emqsim.cli.explore import add_explore_arguments
 
     add_explore_arguments(p)
 
@@ -400,7 +400,7 @@ def build_parser() -> Parser:
 
     add_assignments_parser(sub)
 
-    from emqsim.tune_cli import add_tune_arguments
+    from emqsim.cli.tune import add_tune_arguments
 
     p = sub.add_parser("tune", help="recommend lease, beat and sweep settings from your own measurements")
     add_tune_arguments(p)

@@ -14,28 +14,24 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from emqsim.live.arguments import add_live_arguments
-    from emqsim.live.cli import format_run, main_live
     from emqsim.live.clockwatch import ClockWatch, Disturbed, NotJudged, Steadiness, until_steady
-    from emqsim.live.runner import LiveRun, LiveSettings, LiveWarning, run_live
+    from emqsim.live.runner import LiveRun, run_live
     from emqsim.live.scripts import SCRIPT_NAMES, LuaQueue
     from emqsim.live.server import PrivateRedis, redis_server_path
-    from emqsim.live.settings import DEFAULT_TIME_SCALE, LiveDisturbed
+    from emqsim.live.settings import DEFAULT_TIME_SCALE, LiveDisturbed, LiveSettings, LiveWarning
 
 # Each name imports its module on first use (PEP 562), so `emqsim.live.arguments` (the `live --help` text)
-# imports without redis-py: `emqsim live --help` reads without the extra installed.
+# imports without redis-py: `emqsim live --help` reads without the extra installed. The command line itself
+# (`emqsim.live.cli`, `emqsim.live.arguments`) is a front end: import it from there, not from here.
 _HOMES = {
-    "add_live_arguments": "arguments",
-    "format_run": "cli",
-    "main_live": "cli",
     "ClockWatch": "clockwatch",
     "Disturbed": "clockwatch",
     "NotJudged": "clockwatch",
     "Steadiness": "clockwatch",
     "until_steady": "clockwatch",
     "LiveRun": "runner",
-    "LiveSettings": "runner",
-    "LiveWarning": "runner",
+    "LiveSettings": "settings",
+    "LiveWarning": "settings",
     "run_live": "runner",
     "SCRIPT_NAMES": "scripts",
     "LuaQueue": "scripts",
@@ -69,9 +65,6 @@ __all__ = [
     "NotJudged",
     "PrivateRedis",
     "Steadiness",
-    "add_live_arguments",
-    "format_run",
-    "main_live",
     "redis_server_path",
     "run_live",
     "until_steady",

@@ -4,7 +4,6 @@ scenario's times and from the same named random streams as the simulator, scaled
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import threading
 import time
@@ -18,11 +17,10 @@ from emqsim.faults import Block, Crash, Freeze, MemoryPressure, as_distribution
 from emqsim.keys import QueueKeys
 from emqsim.live.records import Proc
 from emqsim.live.settings import LiveSettings
+from emqsim.processes import signal_group
 from emqsim.scenario import Scenario
 from emqsim.store.eviction import BASE_BYTES
-from emqsim.units import to_ms
-
-HOUR_S = 3600.0
+from emqsim.units import HOUR_S, to_ms
 
 
 class FaultHost(Protocol):
@@ -106,8 +104,7 @@ class FaultInjection:
         proc = self.procs[wid]
         if proc.state == "dead":
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.popen.pid, signal.SIGKILL)
+        signal_group(proc.popen.pid, signal.SIGKILL)
         now = time.time()
         proc.state = "dead"
         proc.timeline.append((now, "dead"))
@@ -164,8 +161,7 @@ class FaultInjection:
         proc = self.procs[wid]
         if proc.state != "alive":
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.popen.pid, signal.SIGSTOP)
+        signal_group(proc.popen.pid, signal.SIGSTOP)
         now = time.time()
         proc.state = "frozen"
         proc.timeline.append((now, "frozen"))
@@ -176,8 +172,7 @@ class FaultInjection:
         proc = self.procs[wid]
         if proc.state != "frozen":
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.popen.pid, signal.SIGCONT)
+        signal_group(proc.popen.pid, signal.SIGCONT)
         now = time.time()
         proc.state = "alive"
         proc.timeline.append((now, "alive"))

@@ -18,14 +18,9 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
-import json
 import math
-import os
 import selectors
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -51,44 +46,29 @@ from emqsim.faults import (
     never_recovers,
     outage_spans,
     outage_windows,
-    overlaps_restart,
     redis_down_windows,
 )
 from emqsim.keys import QueueKeys
+from emqsim.live.admin import RedisAdmin
+from emqsim.live.children import SPARES, ChildProcesses
 from emqsim.live.clockwatch import ClockWatch, Steadiness
 from emqsim.live.faults import FaultInjection, memory_pressure
-from emqsim.live.lua import key_names
 from emqsim.live.records import Proc, build_run
 from emqsim.live.scripts import LuaQueue
 from emqsim.live.server import (
-    SOCKET_TIMEOUT,
     PrivateRedis,
     RedisUnavailable,
-    check_no_foreign_keys,
-    connect,
     delete_prefix,
-    die_with_parent,
-    no_retry,
 )
 from emqsim.live.settings import DEFAULT_TIME_SCALE, LiveDisturbed, LiveSettings, LiveWarning
-from emqsim.live.worker import connection_name
 from emqsim.policies import ReclaimPolicy
 from emqsim.records import Run
 from emqsim.scenario import Scenario
 from emqsim.seeds import stream
 from emqsim.units import to_ms
 
-WORKER_SCRIPT = Path(__file__).with_name("worker.py")
-SPARES = 2  # idle worker processes kept ready when the scenario restarts crashed workers
-HOUR_S = 3600.0
-# Commands the parent itself sends during a run; not counted as protocol work in `redis_commands`.
-_ADMIN_COMMANDS = {
-    "evalsha", "eval", "script", "info", "ping", "dbsize", "client", "hello", "select", "command",
-    "config", "scan", "subscribe", "psubscribe", "unsubscribe", "punsubscribe",
-}  # fmt: skip
 
-
-class LiveRun(FaultInjection):
+class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
     """One live run. Build it, call `run()` once."""
 
     def __init__(
@@ -219,90 +199,6 @@ class LiveRun(FaultInjection):
     def _rng(self, name: str, *index: int):
         return stream(self.seed, self.replication, name, *index)
 
-    # -- processes -----------------------------------------------------------------------------------------
-    def spawn(self, role: str) -> Proc:
-        """Start a worker (or reaper) process; it connects, reports `ready` and waits for `start`."""
-        live = self.live
-        sweep = None
-        if role == "reaper" or live.swept_by == "workers":
-            sweep = {
-                "kind": live.sweep_kind,
-                "interval_ms": live.sweep_ms,
-                "max_stalled": live.max_stalled,
-                "timeout_ms": live.timeout_ms,
-            }
-        network = self.scenario.network
-        cfg = {
-            "role": role,
-            "redis": self.url,
-            "keys": key_names(self.keys.base),
-            "shas": self.shas,
-            "concurrency": self.scenario.concurrency,
-            "take": {"lock_ms": live.lock_ms, "set_lock": live.set_lock},
-            "fenced": live.fenced,
-            "remove_on_complete": self.scenario.remove_on_complete,
-            "renewal": live.renewal if role == "worker" else None,
-            "sweep": sweep,
-            "works": [w * self.scale for w in self.works_s],
-            "poll_s": self.poll,
-            "chunk_s": min(0.02, max(0.002, 0.25 * (live.renewal or {}).get("tick_ms", 80) / 1000)),
-            "slack_s": 0.005,
-            "network": {
-                "loss": network.loss,
-                "loss_on": network.loss_on,
-                "command_timeout_s": network.command_timeout * self.scale,
-            },
-        }
-        assert self.tmpdir is not None
-        self.spawned += 1
-        log_path = self.tmpdir / f"process-{self.spawned}.log"
-        with open(log_path, "wb") as log:
-            popen = subprocess.Popen(
-                [sys.executable, str(WORKER_SCRIPT)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                start_new_session=True,
-                preexec_fn=die_with_parent(signal.SIGKILL),
-            )
-        assert popen.stdin is not None and popen.stdout is not None
-        popen.stdin.write((json.dumps(cfg) + "\n").encode())
-        popen.stdin.flush()
-        os.set_blocking(popen.stdout.fileno(), False)
-        proc = Proc(None, popen, role, log_path=log_path)
-        self.all_procs.append(proc)
-        self.selector.register(popen.stdout, selectors.EVENT_READ, proc)
-        return proc
-
-    def start(self, proc: Proc, wid: int, t_go: float, restarted: bool = False) -> None:
-        """Give a ready process its identity and start time; its timers' phases are the simulator's."""
-        proc.wid = wid
-        proc.started = True
-        self.procs[wid] = proc
-        if proc.role == "reaper":
-            aligned = self.scenario.phases == "aligned"
-            first_renew = 0
-            first_sweep = (
-                0 if aligned else int(self._rng("phases", 0).integers(0, self.policy.sweep_interval_ms))
-            )
-        else:
-            first_renew, first_sweep = self.phases(wid)
-        if proc.role == "worker":
-            outages = self.outages_of(proc, wid, t_go, restarted)
-        else:  # the reaper is cut off only while Redis itself restarts
-            outages = [self.real_window(w) for w in self.restarts]
-        go = {
-            "wid": wid,
-            "t0": t_go,
-            "first_renew_ms": round(first_renew * self.scale),
-            "first_sweep_ms": round(first_sweep * self.scale),
-            "seed": int(self._rng("network", wid if wid >= 0 else 10**9).integers(0, 2**31)),
-            "outages": [[begin, back, self.redis_down_within(begin, back)] for begin, _, back in outages],
-        }
-        self.send(proc, "go " + json.dumps(go))
-        if proc.role == "worker":
-            self.worker_events.append((t_go, wid, "restart" if restarted else "start", ""))
-
     def outages_of(
         self, proc: Proc, wid: int, t_go: float, restarted: bool
     ) -> list[tuple[float, float, float]]:
@@ -344,56 +240,6 @@ class LiveRun(FaultInjection):
         proc.outages = [(begin, back) for begin, _, back in real]
         return real
 
-    def drop_connections(self, proc: Proc, wid: int) -> None:
-        """The disconnect of one worker's outage: Redis closes that worker's connections (`CLIENT KILL`)."""
-        if proc.state == "dead" or self.client is None or self.redis_down:
-            return
-        name = connection_name(wid)
-        for conn in self.client.client_list():
-            if conn.get("name") == name:
-                with contextlib.suppress(redis.ResponseError):  # closed meanwhile
-                    self.client.client_kill_filter(_id=conn["id"])
-                self.connections_dropped += 1
-
-    def real_window(self, window: OutageWindow) -> tuple[float, float, float]:
-        """An outage window in scenario ms -> real times."""
-        begin, up, back = (self.t0 + ms / 1000 * self.scale for ms in window)
-        return begin, up, back
-
-    def redis_down_within(self, begin: float, back: float) -> bool:
-        """Whether Redis itself restarts inside this real window (the worker then holds its parked take too)."""
-        return overlaps_restart((begin, begin, back), map(self.real_window, self.restarts))
-
-    def producer_back(self, planned: float) -> float | None:
-        """The real time an add planned at `planned` reaches Redis if Redis is restarting then (the
-        producer's reconnect), else None."""
-        for begin, _, back in map(self.real_window, self.restarts):
-            if begin <= planned < back:
-                return back
-        return None
-
-    def redis_stop(self) -> None:
-        """A Redis restart begins: count the commands so far, then SHUTDOWN SAVE the private server."""
-        assert self.server is not None and self.client is not None
-        self.commands_before_restarts += self.command_total() - self.commands_before
-        self.client.close()
-        self.redis_down = True
-        self.server.shut_down()
-
-    def redis_start(self) -> None:
-        """Redis is back on its saved data; the parent reconnects and runs what waited for it."""
-        assert self.server is not None
-        self.server.start_again()
-        self.client = self.server.client()
-        self.queue = LuaQueue(self.client, self.keys)  # loads the scripts again: a new server has none
-        self.commands_before = self.command_total()
-        self.redis_down = False
-        waiting, self.after_restart = self.after_restart, []
-        for action in waiting:
-            action()
-        if self.restart_watcher is not None:
-            self.restart_watcher()
-
     def connection_event(self, proc: Proc, wid: int, when: float, kind: str, detail: str) -> None:
         """Records only, as the simulator's: a connection event of a worker that is not dead by then."""
 
@@ -402,213 +248,6 @@ class LiveRun(FaultInjection):
                 self.worker_events.append((when, wid, kind, detail))
 
         self.at(when, record)
-
-    def send(self, proc: Proc, line: str) -> None:
-        with contextlib.suppress(BrokenPipeError, OSError, ValueError):
-            assert proc.popen.stdin is not None
-            proc.popen.stdin.write((line + "\n").encode())
-            proc.popen.stdin.flush()
-
-    def phases(self, wid: int) -> tuple[int, int]:
-        """First renewal tick and first sweep, scenario ms after start (the simulator's draws)."""
-        aligned = self.scenario.phases == "aligned"
-        rng = self._rng("phases", wid + 1)
-        policy = self.policy
-        first_renew = 0
-        if policy.renewal is not None:
-            tick = policy.renewal.tick_ms
-            first_renew = tick if aligned else int(rng.integers(1, tick + 1))
-        first_sweep = 0
-        if policy.swept_by == "workers":
-            first_sweep = 0 if aligned else int(rng.integers(0, policy.sweep_interval_ms))
-        return first_renew, first_sweep
-
-    def can_restart(self) -> bool:
-        rf = self.scenario.random_faults
-        if rf is not None and rf.crash_rate > 0 and rf.restart_after is not None:
-            return True
-        return any(isinstance(f, Crash) and f.restart_after is not None for f in self.scenario.faults)
-
-    def spare(self) -> None:
-        """Keep idle processes ready (`SPARES`), so a restart does not pay Python's start-up time."""
-        idle = sum(p.role == "worker" and not p.started and p.popen.poll() is None for p in self.all_procs)
-        for _ in range(min(SPARES, self.scenario.workers) - idle):
-            self.spawn("worker")
-
-    def start_pending(self) -> None:
-        for proc in self.all_procs:
-            if not self.pending_restarts:
-                break
-            if proc.role == "worker" and proc.ready and not proc.started and proc.popen.poll() is None:
-                wid = self.pending_restarts.pop(0)
-                now = time.time()
-                self.start(proc, wid, now, restarted=True)
-                self.random_faults(wid, now)
-        if self.can_restart():
-            self.spare()
-
-    # -- reading reports -----------------------------------------------------------------------------------
-    def pump(self, timeout: float) -> None:
-        """Read whatever the processes reported, waiting at most `timeout` seconds."""
-        for key, _ in self.selector.select(max(0.0, timeout)):
-            self.read_from(key.data)
-
-    def read_from(self, proc: Proc, final: bool = False) -> None:
-        stream_ = proc.popen.stdout
-        assert stream_ is not None
-        while True:
-            try:
-                chunk = os.read(stream_.fileno(), 65536)
-            except BlockingIOError:
-                break
-            except OSError:
-                chunk = b""
-            if not chunk:
-                with contextlib.suppress(KeyError, ValueError):
-                    self.selector.unregister(stream_)
-                proc.open_eof = False
-                if proc.state != "dead" and not self.stopping and not final:
-                    proc.popen.wait()
-                    raise RuntimeError(
-                        f"a {proc.role} process exited unexpectedly ({proc.popen.returncode}):\n"
-                        + self.log_tail(proc)
-                    )
-                break
-            proc.buffer += chunk
-        *lines, proc.buffer = proc.buffer.split(b"\n")
-        for raw in lines:
-            if raw.strip():
-                self.on_event(proc, json.loads(raw))
-        if final:
-            proc.buffer = b""  # a half line from a killed process is dropped
-
-    def on_event(self, proc: Proc, ev: dict[str, Any]) -> None:
-        kind = ev["e"]
-        if kind == "error":
-            raise RuntimeError(f"{proc.role} {proc.wid} failed:\n{ev['msg']}")
-        if kind == "ready":
-            proc.ready = True
-            if self.t0:
-                self.start_pending()
-            return
-        if kind == "counts":
-            proc.counts = ev["counts"]
-            return
-        if kind == "bye":
-            return
-        self.events.append(ev)
-        if kind == "take":
-            assert proc.wid is not None  # workers take; the reaper does not
-            self.executing[ev["token"]] = proc.wid
-            if ev["job"] not in self.first_taken:
-                self.first_taken.add(ev["job"])
-                self.job_started(proc, int(ev["job"]), ev["s"])
-        elif kind == "finished":
-            self.executing.pop(ev["token"], None)
-            if ev["active"]:
-                self.settled += 1
-        elif kind == "sweep":
-            self.settled += len(ev["failed"])
-
-    def log_tail(self, proc: Proc) -> str:
-        try:
-            assert proc.log_path is not None
-            return proc.log_path.read_text(errors="replace")[-2000:]
-        except (OSError, AssertionError):
-            return "(no log)"
-
-    # -- Redis ---------------------------------------------------------------------------------------------
-    def open_redis(self) -> None:
-        if self.redis_url is None:
-            self.server = PrivateRedis(
-                "--hz", str(self.scenario.hz), "--notify-keyspace-events", "ExKe"
-            ).start()
-            self.url = self.server.url
-            self.client = self.server.client()
-            self.foreign = 0
-        else:
-            self.url = self.redis_url
-            self.client = connect(self.redis_url)
-            if not self.allow_foreign_keys:
-                check_no_foreign_keys(self.client, self.prefix, self.redis_url)
-            self.foreign = int(self.client.dbsize())
-        self.shas = LuaQueue(self.client, self.keys).shas
-
-    def watch_evictions(self, stop: threading.Event) -> threading.Thread | None:
-        """On a private server, record when Redis actually removes an expired lock (keyspace events). A key
-        whose time passes while a restart has Redis down is left out when Redis loads its data: no event."""
-        if self.server is None or not self.record_locks:
-            return None
-        self.restart_watcher = lambda: self.watch_evictions(stop)
-        pubsub = self.server.client().pubsub(ignore_subscribe_messages=True)
-        pubsub.subscribe("__keyevent@0__:expired")
-        # maxmemory evictions of the queue's own keys only (keyspace form): a subscription to every evicted
-        # key would fill this client's output buffer, which counts as used memory, and feed the eviction
-        pubsub.psubscribe(f"__keyspace@0__:{self.prefix}*")
-
-        def listen() -> None:
-            try:
-                while not stop.is_set():
-                    msg = pubsub.get_message(timeout=0.05)
-                    if msg is None:
-                        continue
-                    if msg["type"] == "message":  # __keyevent@0__:expired: the key is the data
-                        self.evictions.append((time.time(), msg["data"]))
-                    elif msg["data"] == "evicted":  # a queue key's keyspace event: the key is in the channel
-                        self.memory_evictions.append((time.time(), msg["channel"].split(":", 1)[1]))
-            except redis.RedisError:
-                pass
-            finally:
-                with contextlib.suppress(Exception):
-                    pubsub.close()
-
-        thread = threading.Thread(target=listen, daemon=True)
-        thread.start()
-        return thread
-
-    def redis_failure(self) -> str | None:
-        """After an error: a one-line account if Redis itself failed (died, or stopped answering), else None."""
-        where = "the private redis-server" if self.server is not None else f"Redis at {self.redis_url}"
-        if self.server is not None and self.server.proc is not None:
-            code = self.server.proc.poll()
-            if code is not None:
-                how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
-                return f"{where} died during the live run ({how}); the run was stopped and cleaned up"
-        url = getattr(self, "url", None)
-        if url is None:
-            return None
-        probe = None
-        try:
-            probe = (
-                self.server.client(socket_timeout=2.0)
-                if self.server is not None
-                else redis.Redis.from_url(
-                    url, socket_timeout=2.0, socket_connect_timeout=2.0, retry=no_retry()
-                )
-            )
-            probe.ping()
-        except redis.TimeoutError:
-            return (
-                f"{where} stopped answering during the live run (no reply within {SOCKET_TIMEOUT:g} s: "
-                "paused, hung or overloaded); the run was stopped and cleaned up"
-            )
-        except (redis.ConnectionError, OSError) as exc:
-            first = (str(exc).splitlines() or [type(exc).__name__])[0]
-            return f"{where} went away during the live run ({first}); the run was stopped and cleaned up"
-        finally:
-            if probe is not None:
-                with contextlib.suppress(Exception):
-                    probe.close()
-        return None
-
-    def command_total(self) -> int:
-        assert self.client is not None
-        stats = self.client.info("commandstats")
-        return sum(
-            int(v["calls"])
-            for k, v in stats.items()
-            if k.removeprefix("cmdstat_").split("|")[0] not in _ADMIN_COMMANDS
-        )
 
     # -- the run -------------------------------------------------------------------------------------------
     def run(self) -> Run:
@@ -751,34 +390,6 @@ class LiveRun(FaultInjection):
         planned = self.t0 + self.arrival_s[job] * self.scale
         back = self.producer_back(planned)
         return planned if back is None else back
-
-    def stop_all(self) -> None:
-        """Ask every process to stop, then SIGKILL its process group whatever it did; read its last words."""
-        self.stopping = True
-        procs = [p for p in self.all_procs if p.popen.poll() is None]
-        for p in procs:
-            if p.state == "frozen":
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.popen.pid, signal.SIGCONT)
-            self.send(p, "stop")
-        deadline = time.time() + 1.0
-        for p in procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.popen.wait(timeout=max(0.0, deadline - time.time()))
-        for p in self.all_procs:
-            if p.popen.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.popen.pid, signal.SIGKILL)
-                p.popen.wait()
-            if p.open_eof:
-                with contextlib.suppress(Exception):
-                    self.read_from(p, final=True)
-            with contextlib.suppress(Exception):
-                assert p.popen.stdin is not None
-                p.popen.stdin.close()
-            with contextlib.suppress(Exception):
-                assert p.popen.stdout is not None
-                p.popen.stdout.close()
 
 
 def run_live(

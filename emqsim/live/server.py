@@ -9,8 +9,6 @@ key outside the run's own prefix, unless the caller allows sharing; the run dele
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import shutil
 import signal
@@ -24,6 +22,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from emqsim.errors import ConfigError
+from emqsim.processes import die_with_parent
 
 INSTALL_HINT = "redis-server was not found on PATH; install it with `apt-get install redis-server`"
 MIN_VERSION = (6, 2)  # LMOVE
@@ -40,25 +39,6 @@ def no_retry() -> Retry:
 
 class RedisUnavailable(RuntimeError):
     """Redis stopped answering or went away during a live run (one line, for the command line)."""
-
-
-_PR_SET_PDEATHSIG = 1
-_LIBC: ctypes.CDLL | None
-try:
-    _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-except OSError:  # not glibc/Linux: children are still stopped by try/finally, just not on a parent crash
-    _LIBC = None
-
-
-def die_with_parent(sig: int = signal.SIGKILL):
-    """A `preexec_fn` that makes the child receive `sig` when its parent dies (Linux `PR_SET_PDEATHSIG`),
-    so a killed test run or runner leaves no redis-server or worker behind."""
-
-    def preexec() -> None:
-        if _LIBC is not None:
-            _LIBC.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-
-    return preexec
 
 
 def redis_server_path() -> str | None:

@@ -1,0 +1,115 @@
+"""`explore`: the search of a space, split in chunks over processes or an executor, folded into one result."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+from concurrent.futures import Executor
+
+import numpy as np
+
+from emqsim.errors import ConfigError
+from emqsim.explore.aggregate import _Aggregate, _key_from_order
+from emqsim.explore.report import _tie_text
+from emqsim.explore.results import Boundary, Counterexample, Exploration, TieDependence
+from emqsim.explore.search import _Search
+from emqsim.explore.space import Space
+from emqsim.pools import gather, owned_pool, submit_all
+from emqsim.server import TieBreak
+
+
+def _chunk(
+    args: tuple[Space, int, int, bool], on_run: Callable[[], None] | None = None
+) -> tuple[_Aggregate, int, list, dict]:
+    """Explore the outermost coordinate from lo to hi and sum it up (module-level, so process pools can
+    pickle it). `on_run` (serial runs only) is called after every run, for a progress bar."""
+    sp, lo, hi, ties = args
+    search = _Search(sp, ties)
+    search.eval.on_run = on_run
+    structure = search.level((), 0, lo, hi) if len(sp.dims) > 1 else search.line(())
+    agg = _Aggregate(sp)
+    agg.structure(structure, len(sp.dims) - 1)
+    agg.space = None  # not sent back
+    return agg, search.eval.runs, search.tie_findings, search.tie_latencies
+
+
+def explore(
+    sp: Space,
+    *,
+    jobs: int | None = 1,
+    executor: Executor | None = None,
+    ties: bool = True,
+    progress: Callable[[int], None] | None = None,
+) -> Exploration:
+    """Search every point of `sp` (see the module docstring); `jobs` processes or an `executor` (e.g. Dask's)
+    split the outermost coordinate. `ties`: also run the points around every flip of a property under the
+    other same-millisecond orders (`TIE_VARIANTS`). `progress(n)` is told of n more runs as they happen
+    (run by run in one process; part by part with several)."""
+    if not sp.dims:
+        raise ConfigError("explore: every coordinate is pinned; nothing to search")
+    outer = sp.dims[0]
+    workers = jobs if jobs is not None else (os.cpu_count() or 1)
+    parts = (
+        1 if (executor is None and workers <= 1) or len(sp.dims) == 1 else min(outer.size, max(workers, 2))
+    )
+    edges = np.linspace(outer.lo, outer.hi + 1, parts + 1).round().astype(int).tolist()
+    tasks = [(sp, lo, hi - 1, ties) for lo, hi in zip(edges, edges[1:], strict=False) if hi - 1 >= lo]
+    if parts == 1:
+        tick = None if progress is None else (lambda: progress(1))
+        results = [_chunk(t, tick) for t in tasks]
+    else:
+        with contextlib.ExitStack() as stack:
+            if executor is None:
+                executor = stack.enter_context(owned_pool(workers))
+            results = gather(submit_all(executor, _chunk, tasks))
+        if progress is not None:
+            progress(sum(r[1] for r in results))
+    agg = _Aggregate(sp)
+    runs = 0
+    tie_findings = []
+    tie_latencies: dict[TieBreak, list] = {}
+    for part, n, found, extremes in results:
+        runs += n
+        agg.merge(part)
+        tie_findings += found
+        for tie, pair in extremes.items():
+            both = tie_latencies.get(tie, []) + pair
+            tie_latencies[tie] = [min(both), max(both)]
+    values, weights = agg.histogram()
+    key = _key_from_order(agg.order)
+    counterexamples = [
+        Counterexample(name, sp.coords(agg.best[i]), agg.best[i])
+        for i, name in enumerate(agg.names)
+        if i in agg.best
+    ]
+    boundaries = []
+    for i, name in enumerate(agg.names):
+        flips = agg.flips.get(i)
+        if flips:
+            first = min(flips, key=lambda f: (f[0], key(f[1] + (f[0],))))
+            last = max(flips, key=lambda f: f[0])
+            boundaries.append(
+                Boundary(
+                    name, sp.dims[-1].role, first[0], last[0],
+                    sp.coords(first[1] + (first[0],)), sp.coords(last[1] + (last[0],)),
+                )
+            )  # fmt: skip
+    any_order = {
+        _tie_text(tie): {"min": (lo[0], sp.coords(lo[1])), "max": (hi[0], sp.coords(hi[1]))}
+        for tie, (lo, hi) in sorted(tie_latencies.items(), key=lambda kv: _tie_text(kv[0]))
+    }
+    ties_out = [TieDependence(sp.coords(point), _tie_text(tie), props) for point, tie, props in tie_findings]
+    return Exploration(
+        space=sp,
+        points=agg.total,
+        runs=runs,
+        counts=dict(zip(agg.names, agg.held, strict=True)),
+        latency_values=values,
+        latency_weights=weights,
+        never_reclaimed=agg.never,
+        counterexamples=counterexamples,
+        boundaries=boundaries,
+        tie_dependent=ties_out,
+        tie_extremes=any_order,
+    )
