@@ -50,7 +50,7 @@ CORE: list[tuple[str, list[str]]] = [
     ("server", ["emqsim.server"]),
     ("workers", ["emqsim.worker"]),
     ("engine", ["emqsim.engine"]),
-    ("stats", ["emqsim.stats", "emqsim.analytic", "emqsim.fencing"]),
+    ("stats", ["emqsim.stats", "emqsim.analytic", "emqsim.analytic_stalls", "emqsim.fencing"]),
     ("summaries", ["emqsim.summaries"]),
     ("scenario files", ["emqsim.config"]),  # TOML in, the model's inputs out: features may read them too
 ]

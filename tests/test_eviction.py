@@ -261,7 +261,7 @@ def test_memory_pressure_from_toml_and_flags(tmp_path) -> None:
 def test_random_eviction_probability_is_the_stores_draw() -> None:
     """analytic.random_eviction_probability against the store: V keys with a TTL fill the memory, one more
     write evicts one of them uniformly, so a given key survives n evictions with (1 - 1/V)^n."""
-    from emqsim.analytic import random_eviction_probability
+    from emqsim.analytic_stalls import random_eviction_probability
 
     volatile, writes, trials = 30, 20, 200
     evicted = 0

@@ -2,7 +2,7 @@
 
 Under a backlog the finish locks the next waiting job to the same worker at Redis; a worker that freezes
 before it reads the reply holds a lock it does not renew. Checked against the closed form
-(`analytic.fetched_lock_lapses`: u + X > L) to the millisecond, and against the separate take (no lapse).
+(`analytic_stalls.fetched_lock_lapses`: u + X > L) to the millisecond, and against the separate take (no lapse).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from emqsim import LeasePolicy, simulate, standard
-from emqsim.analytic import fetched_lock_lapses
+from emqsim.analytic_stalls import fetched_lock_lapses
 from emqsim.presets import preset
 from emqsim.stats import summarize
 from emqsim.summaries import simulate_summary

@@ -3,7 +3,7 @@
 Held requests flow at the first TCP retransmission after the partition (Linux: RTO from 200 ms doubling to
 120 s) while TCP has not given up (tcp_retries2 = 15: 924.6 s); after that, the close and BullMQ's reconnect
 backoff with ioredis's 10 s connectTimeout per attempt made while the partition lasts. Checked: the timing
-rules, the exact lapse boundary against `analytic.partition_lapses`, the lapse probability against the
+rules, the exact lapse boundary against `analytic_stalls.partition_lapses`, the lapse probability against the
 closed form, the contrast with an `Outage` of the same length, TOML and the flags.
 """
 
@@ -12,13 +12,8 @@ from __future__ import annotations
 import pytest
 
 from emqsim import Fixed, LeasePolicy, RenewalRule, Scenario, simulate, standard
-from emqsim.analytic import (
-    outage_lapses,
-    partition_lapse_probability,
-    partition_lapses,
-    partition_recovery,
-    reconnect_time,
-)
+from emqsim.analytic import outage_lapses, reconnect_time
+from emqsim.analytic_stalls import partition_lapse_probability, partition_lapses, partition_recovery
 from emqsim.errors import ConfigError
 from emqsim.faults import Outage, Partition, partition_recovery_ms, tcp_retransmissions_ms
 from emqsim.stats import wilson_ci
