@@ -309,6 +309,8 @@ def _scenario(table: Any, where: _Located) -> Scenario:
 def _policy(table: Any, where: _Located) -> ReclaimPolicy:
     table = dict(_check_keys(table, POLICY_KEYS, "policy", where))
     kind = table.pop("kind", "lease")
+    if "take" in table:
+        table["take_mode"] = table.pop("take")
     if kind == "lease":
         return _build(LeasePolicy, "policy", where, table)
     if kind == "timeout":

@@ -4,7 +4,6 @@ ConfigError naming the flag)."""
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
 import warnings
 from collections.abc import Sequence
@@ -114,18 +113,17 @@ def with_model_options(policy: ReclaimPolicy, args: argparse.Namespace) -> Recla
     )
     if take is None and track_by is None and not lazy:
         return policy
-    if policy.renewal is None:
+    if not isinstance(policy, LeasePolicy):
         flag = "--take" if take else "--track-by" if track_by else "--lazy-fail"
         fail(flag, f"{policy.name!r} has no lease: the BullMQ model options apply to lease policies only")
-    policy = copy.deepcopy(policy)
+    changes: dict[str, Any] = {}
     if take is not None:
-        policy.take_after_wakeup = take == "after-wakeup"
+        changes["take_mode"] = take
     if track_by is not None:
-        assert policy.renewal is not None  # checked above
-        policy.renewal = replace(policy.renewal, track_by=track_by)
+        changes["track_by"] = track_by
     if lazy:
-        policy.lazy_fail = True
-    return policy
+        changes["lazy_fail"] = True
+    return replace(policy, **changes)
 
 
 def lease_policies(args: argparse.Namespace) -> list[ReclaimPolicy]:
