@@ -9,7 +9,7 @@ import math
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, fields, replace
 from pathlib import Path
 from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
@@ -30,6 +30,7 @@ from emqsim.policies import LeasePolicy, ReclaimPolicy, RenewalRule, TimeoutPoli
 from emqsim.presets import PRESETS, preset
 from emqsim.scenario import Scenario
 from emqsim.units import MAX_SECONDS, check_distribution
+from emqsim.user_code import load_detector, looks_like_detector, parse_detector
 
 # The schema of a scenario file is derived from the dataclasses: a table's keys are its type's init fields, and
 # each key's kind comes from the field's type hint (so a new option is a dataclass field and nothing else).
@@ -186,6 +187,9 @@ def load_policies(
     for given in overrides or [{}]:
         merged = dict(table)
         kind = given.get("kind")
+        if isinstance(kind, ReclaimPolicy):  # a detector built from its file on the command line
+            policies.append(kind)
+            continue
         if kind is not None and kind != merged.get("kind", "lease"):
             merged = {"kind": kind}
         merged.update({k: v for k, v in given.items() if k != "kind" and v is not None})
@@ -371,6 +375,12 @@ def _policy(table: dict[str, Any], where: _Located) -> ReclaimPolicy:
     table = dict(table)
     kind = table.pop("kind", "lease")
     _check_type(kind, str, "policy.kind", where)
+    if looks_like_detector(kind):  # a user's detector: the table's other keys are its parameters
+        try:
+            spec = parse_detector(kind, base=where.path.parent)  # a relative file is beside the TOML
+            return load_detector(replace(spec, params=spec.params + tuple(table.items())))
+        except ConfigError as exc:
+            raise where.error("policy.kind", str(exc)) from None
     renamed = {new: old for old, new in ALIASES.items() if old in table}
     for new, old in renamed.items():
         table[new] = table.pop(old)

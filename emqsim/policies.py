@@ -325,6 +325,10 @@ class Detector(ReclaimPolicy):
     def table_settings(self) -> dict[str, Any]:
         return {**super().table_settings(), "beat": self.beat, **self.params()}
 
+    def __repr__(self) -> str:
+        """The class and its parameters (`PhiAccrual(beat=2.0, threshold=8, ..., scan=1.0)`), not its state."""
+        return f"{type(self).__qualname__}({', '.join(f'{k}={v!r}' for k, v in self.params().items())})"
+
     def settings(self) -> dict[str, Any]:
         return {**self.table_settings(), "max_stalled": self.max_stalled}
 

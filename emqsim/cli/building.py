@@ -185,6 +185,13 @@ def policy_overrides(args: argparse.Namespace, flags: tuple[str, ...] = POLICY_F
 
 
 def single_policy(args: argparse.Namespace) -> ReclaimPolicy:
+    if isinstance(getattr(args, "policy", None), ReclaimPolicy):  # a user's detector, built from its file
+        for flag in ("preset", "lease", "beat", "scan", "timeout"):
+            if getattr(args, flag, None) is not None:
+                fail(
+                    f"--{flag}", "a detector takes its own settings: --policy 'FILE.py:Class(beat=2, scan=1)'"
+                )
+        return args.policy
     if args.preset:
         chosen = PRESETS[args.preset]
         overrides = {

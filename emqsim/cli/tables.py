@@ -76,7 +76,8 @@ def settings_text(row: dict[str, Any]) -> str:
     if row.get("timeout") is not None:
         return f"{row['policy']} T={row['timeout']:g} S={row['scan']:g}"
     beat = f" B={row['beat']:g}" if row.get("beat") is not None else ""
-    return f"{row['policy']} L={row['lease']:g}{beat} S={row['scan']:g}"
+    lease = f" L={row['lease']:g}" if row.get("lease") is not None else ""  # a detector has none
+    return f"{row['policy']}{lease}{beat} S={row['scan']:g}"
 
 
 def is_bound(row: dict[str, Any], key: str) -> bool:
