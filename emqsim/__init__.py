@@ -1,6 +1,6 @@
 """emqsim: why a job queue should find dead workers with a lock lease renewed by a heartbeat, not a timeout.
 
->>> from emqsim import simulate, LeasePolicy, TimeoutPolicy, standard
+>>> from emqsim import simulate, simulate_summary, LeasePolicy, TimeoutPolicy, standard
 >>> run = simulate(standard("fast-dead"), LeasePolicy(lease=30, beat=10), seed=1)
 >>> summary = simulate_summary(standard("fast-dead"), LeasePolicy(lease=30, beat=10), seed=1)  # no records
 """
