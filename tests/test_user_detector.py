@@ -69,6 +69,9 @@ def test_sweep_runs_a_detector_beside_the_timeouts_asked_for(here, capsys):
                           "--policy", "my_detector.py:PhiAccrual", "--timeout", "600", "--json"], capsys)  # fmt: skip
     assert code == 0, err
     assert '"policy": "phi-accrual"' in out and '"policy": "timeout"' in out and '"threshold": 8.0' in out
+    code, out, err = run(["sweep", "--scenario", "fast-dead", "--replications", "2", "--jobs", "1", "--quiet",
+                          "--policy", "my_detector.py:PhiAccrual", "--timeout", "600"], capsys)  # fmt: skip
+    assert code == 0 and "phi-accrual minus the 600 s timeout, paired on the same seeds" in out, err
 
 
 def test_a_scenario_file_names_a_detector_beside_it_with_its_parameters(here, capsys):

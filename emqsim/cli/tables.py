@@ -229,6 +229,7 @@ def paired_text(d: dict[str, Any], unit: str) -> str:
 def print_paired(result, cells) -> None:
     """Per scenario: the lease minus the seed's 10-minute timeout, paired on the same seeds, with 95% CIs."""
     lines = []
+    side = "lease"
     by_scenario: dict[str, dict[str, int]] = {}
     for index, cell in enumerate(cells):
         if not result.summaries[index]:
@@ -239,6 +240,8 @@ def print_paired(result, cells) -> None:
         )
         if key and key not in by_scenario.setdefault(cell.scenario.name, {}):
             by_scenario[cell.scenario.name][key] = index
+            if key == "lease" and settings["lease"] is None:  # a detector: said by its name
+                side = str(settings["policy"])
     name_width = max((len(n) for n in by_scenario), default=0)
     label_width = max(len(label) for _, label, _ in PAIRED_METRICS)
     for name, pair in by_scenario.items():
@@ -253,7 +256,7 @@ def print_paired(result, cells) -> None:
             lines.append(f"  {head.ljust(name_width)}  {label.ljust(label_width)}  {paired_text(d, unit)}")
             first = False
     if lines:
-        print("\nlease minus the 600 s timeout, paired on the same seeds (95% CI):\n" + "\n".join(lines))
+        print(f"\n{side} minus the 600 s timeout, paired on the same seeds (95% CI):\n" + "\n".join(lines))
         if any("  <=" in line or "  >=" in line for line in lines):
             print("  (<= / >=: some crashes were still undetected at the horizon, so only one end is known)")
 
