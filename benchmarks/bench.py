@@ -235,7 +235,8 @@ def child_breakdown(replications: int) -> dict[str, Any]:
                 t0 = time.process_time()
                 run_batch([(0, standard(name), policy, 0, rep)])
                 times.append(time.process_time() - t0)
-            cells.append({"scenario": name, "policy": repr(policy), "cpu_s": times})
+            shown = ", ".join(f"{k} {v:g}" for k, v in policy.table_settings().items() if k != "policy" and v)
+            cells.append({"scenario": name, "policy": f"{policy.name}: {shown}", "cpu_s": times})
     return {"replications": replications, "cells": cells}
 
 
@@ -556,7 +557,7 @@ def section_breakdown(cfg: argparse.Namespace, report: Report) -> dict[str, Any]
     for cell in sorted(data["cells"], key=lambda c: -sum(c["cpu_s"]))[:8]:
         report.line(f"       {cell['scenario']:14} {cell['policy']:52} {sum(cell['cpu_s']):6.1f} s")
     report.line(
-        f"       2 processes, current batching (16 batches in cell order): makespan {finish:.1f} s, "
+        f"       2 processes, current batching ({len(batches)} batches in cell order): makespan {finish:.1f} s, "
         f"schedule efficiency {res['schedule_efficiency_current']:.0%}; longest-first per task: "
         f"{res['schedule_efficiency_lpt']:.0%}"
     )
