@@ -179,7 +179,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(to_json([row], version=__version__, seed=args.seed, replications=args.replications))
         return 0
-    print(f"{scenario.name} under {policy!r}")
+    print(wrap(f"{scenario.name} under {policy!r}", 0, TABLE_WIDTH - 2).replace("\n", "\n  "))  # every option
     print(f"{args.replications} replication(s), seed {args.seed}; 95% CIs over replications", end="")
     print(" (none with one replication)" if args.replications < 2 else "")
     print(run_report(row))
