@@ -16,7 +16,17 @@ quiet_interrupts_while_starting()  # the `emqsim` program only: a Ctrl-C during 
 from emqsim.distributions import Empirical, Exponential, Fixed, LogNormal, Uniform, parse_distribution
 from emqsim.engine import Simulation, simulate
 from emqsim.errors import ConfigError
-from emqsim.faults import Block, ChildCrash, Crash, Freeze, Network, Outage, RandomFaults
+from emqsim.faults import (
+    Block,
+    ChildCrash,
+    Crash,
+    Freeze,
+    MemoryPressure,
+    Network,
+    Outage,
+    Partition,
+    RandomFaults,
+)
 from emqsim.policies import Detector, LeasePolicy, LeaseWarning, ReclaimPolicy, RenewalRule, TimeoutPolicy
 from emqsim.records import RESULTS_SCHEMA, Attempt, LockEvent, Run, SweepEvent, WorkerEvent
 from emqsim.scenario import STANDARD, Scenario, standard
@@ -37,7 +47,9 @@ __all__ = [
     "Fixed",
     "Freeze",
     "Block",
+    "MemoryPressure",
     "Outage",
+    "Partition",
     "ChildCrash",
     "LeasePolicy",
     "LeaseWarning",

@@ -4,14 +4,25 @@ and its line. See emqsim/examples/*.toml.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, fields, replace
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from emqsim.distributions import Distribution, parse_distribution
+from emqsim.distributions import (
+    Distribution,
+    Empirical,
+    Exponential,
+    Fixed,
+    LogNormal,
+    Uniform,
+    parse_distribution,
+)
 from emqsim.errors import ConfigError
 from emqsim.faults import (
     Block,
@@ -23,63 +34,96 @@ from emqsim.faults import (
     Outage,
     Partition,
     RandomFaults,
-)  # fmt: skip
+)
 from emqsim.fileio import read_regular_text
-from emqsim.policies import LeasePolicy, ReclaimPolicy, TimeoutPolicy
+from emqsim.policies import LeasePolicy, ReclaimPolicy, RenewalRule, TimeoutPolicy
 from emqsim.presets import PRESETS, preset
 from emqsim.scenario import Scenario
 from emqsim.units import MAX_SECONDS, check_distribution
+from emqsim.user_code import load_detector, looks_like_detector, parse_detector
 
-SCENARIO_KEYS = {
-    "name", "workers", "concurrency", "jobs", "arrival_rate", "duration", "horizon", "phases", "hz", "queue",
-    "remove_on_complete", "faults", "random_faults", "network", "attempts",
-}  # fmt: skip
-FAULT_KEYS = {
-    "kind", "worker", "at", "job", "after", "duration", "restart_after", "lost_writes", "redis_restart",
-    "give_up", "connect_timeout", "retransmit", "maxmemory", "policy", "samples", "cache_rate", "cache_bytes",
-    "cache_ttl", "recovers", "readonly",
-}  # fmt: skip
-MEMORY_KEYS = ("maxmemory", "policy", "samples", "cache_rate", "cache_bytes", "cache_ttl")
-RANDOM_KEYS = {
-    "crash_rate", "restart_after", "freeze_rate", "freeze_duration", "block_rate", "block_duration",
-    "outage_rate", "outage_duration",
-}  # fmt: skip
-FAULT_KINDS = {
+# The schema of a scenario file is derived from the dataclasses: a table's keys are its type's init fields, and
+# each key's kind comes from the field's type hint (so a new option is a dataclass field and nothing else).
+# Kinds: str, bool, "count" (whole number >= 1: an int field with a default >= 1), "index" (whole number >= 0:
+# any other int), "seconds" (a number within the simulator's clock: a float), "dist" (seconds or a
+# distribution like 'exp:60': a Distribution), "rate" (> 0 per second) and "hourly" (>= 0 per worker-hour:
+# floats named in FLOAT_KINDS or ending in "_rate"), "probability", "array" (of tables), "table". TOML is
+# typed: "no" is a string, not false; 1.5 is not a count. A field typed `X | None` whose default is not None
+# takes the string "none" for None (a max_stalled that never fails a job, a crash that is never restarted).
+FAULT_KINDS: dict[str, type] = {
     "crash": Crash, "freeze": Freeze, "block": Block, "outage": Outage, "child_crash": ChildCrash,
     "partition": Partition, "memory_pressure": MemoryPressure,
 }  # fmt: skip
-NETWORK_KEYS = {"rtt", "loss", "loss_on", "command_timeout", "resend_twice"}
-POLICY_KEYS = {
-    "kind", "lease", "beat", "scan", "timeout", "two_phase", "max_stalled", "swept_by", "fenced", "take",
-    "drain_delay", "lazy_fail", "track_by", "fetch_next",
+POLICY_KINDS: dict[str, type] = {"lease": LeasePolicy, "timeout": TimeoutPolicy}
+TABLE_TYPES: dict[str, type] = {
+    "random_faults": RandomFaults, "network": Network, "renewal": RenewalRule,
 }  # fmt: skip
+# floats that are not seconds (a memory pressure's cache writes `cache_rate` keys a second)
+FLOAT_KINDS = {"arrival_rate": "rate", "loss": "probability", "cache_rate": "rate"}
+ALIASES = {"take": "take_mode"}  # older spellings of [policy] keys, still read
+NONE = "none"
 
-# The type every key must have, checked before anything is built (TOML is typed: "no" is a string, not false;
-# 1.5 is not a count). Kinds: str, bool, "count" (whole number >= 1), "index" (whole number >= 0),
-# "seconds" (a number within the simulator's clock), "dist" (seconds or a distribution like 'exp:60'),
-# "rate" (> 0 per second), "hourly" (>= 0 per worker-hour), "probability", "array", "table".
+
+def _unwrap_optional(hint: Any) -> tuple[Any, bool]:
+    """(the hint without None, whether None was allowed)."""
+    if get_origin(hint) in (Union, UnionType):
+        args = [a for a in get_args(hint) if a is not type(None)]
+        optional = len(args) < len(get_args(hint))
+        if len(args) == 1:
+            return args[0], optional
+        return Union[tuple(args)], optional  # noqa: UP007
+    return hint, False
+
+
+def key_kind(owner: type, name: str) -> Any:
+    """The TOML kind of `owner`'s field `name`, from its type hint (see the table above)."""
+    hint, optional = _unwrap_optional(get_type_hints(owner)[name])
+    default = {f.name: f.default for f in fields(owner)}.get(name, MISSING)
+    if hint is bool:
+        return bool
+    if hint is str or get_origin(hint) is Literal:
+        return str
+    if hint is int:
+        return "count" if isinstance(default, int) and default >= 1 and not optional else "index"
+    if hint is float:
+        if name in FLOAT_KINDS:
+            return FLOAT_KINDS[name]
+        return "hourly" if name.endswith("_rate") else "seconds"
+    if get_origin(hint) is tuple:
+        return "array"
+    if hint is Distribution or (get_origin(hint) in (Union, UnionType) and Distribution in get_args(hint)):
+        return "dist"
+    return "table"
+
+
+def table_keys(owner: type) -> dict[str, Any]:
+    """The keys of `owner`'s TOML table and their kinds: its init fields, in order."""
+    return {f.name: key_kind(owner, f.name) for f in fields(owner) if f.init}
+
+
+def _none_allowed(owner: type, name: str) -> bool:
+    """Whether `owner.name` is `X | None` with a non-None default (so "none" is how a file says None)."""
+    field = {f.name: f for f in fields(owner)}[name]
+    return _unwrap_optional(get_type_hints(owner)[name])[1] and field.default is not None
+
+
+def _merged(*owners: type) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for owner in owners:
+        for key, kind in table_keys(owner).items():
+            merged.setdefault(key, kind)
+    return merged
+
+
+# Every key each table takes, and its kind (derived; kept as data for the docs and the fuzz tests).
 KEY_TYPES: dict[str, dict[str, Any]] = {
-    "scenario": {
-        "name": str, "workers": "count", "concurrency": "count", "jobs": "count", "arrival_rate": "rate",
-        "duration": "dist", "horizon": "seconds", "phases": str, "hz": "count", "queue": str,
-        "remove_on_complete": bool, "faults": "array", "random_faults": "table", "network": "table",
-        "attempts": "count",
-    },
-    "fault": {
-        "kind": str, "worker": "index", "at": "seconds", "job": "index", "after": "dist", "duration": "dist",
-        "restart_after": "seconds", "give_up": "seconds", "connect_timeout": "seconds", "retransmit": bool,
-    },
-    "random_faults": {
-        "crash_rate": "hourly", "restart_after": "seconds", "freeze_rate": "hourly", "freeze_duration": "dist",
-    },
-    "network": {
-        "rtt": "dist", "loss": "probability", "loss_on": str, "command_timeout": "seconds", "resend_twice": bool,
-    },
-    "policy": {
-        "kind": str, "lease": "seconds", "beat": "seconds", "scan": "seconds", "timeout": "seconds",
-        "two_phase": bool, "max_stalled": "index", "swept_by": str, "fenced": bool,
-    },
-}  # fmt: skip
+    "scenario": table_keys(Scenario),
+    "fault": {"kind": str, **_merged(*FAULT_KINDS.values())},
+    "random_faults": table_keys(RandomFaults),
+    "network": table_keys(Network),
+    "policy": {"kind": str, **_merged(LeasePolicy, TimeoutPolicy)},
+}
+RENEWAL_KEYS = table_keys(RenewalRule)  # [policy.renewal]
 MAX_FILE_BYTES = 10_000_000
 MAX_COUNT = 10**9  # workers, jobs, indexes: far beyond anything that fits in memory
 
@@ -148,11 +192,16 @@ def load_policies(
     scenario = _scenario(data["scenario"], where)
     if "policy" not in data:
         return scenario, []
-    table = _check_keys(data["policy"], POLICY_KEYS, "policy", where)
+    table = data["policy"]
+    if not isinstance(table, dict):
+        raise where.error("policy", "must be a table")
     policies = []
     for given in overrides or [{}]:
         merged = dict(table)
         kind = given.get("kind")
+        if isinstance(kind, ReclaimPolicy):  # a detector built from its file on the command line
+            policies.append(kind)
+            continue
         if kind is not None and kind != merged.get("kind", "lease"):
             merged = {"kind": kind}
         merged.update({k: v for k, v in given.items() if k != "kind" and v is not None})
@@ -161,17 +210,19 @@ def load_policies(
 
 
 def _check_keys(
-    table: Any, allowed: set[str], name: str, where: _Located, types: str | None = None
+    table: Any, allowed: Mapping[str, Any], name: str, where: _Located, owner: type | None = None
 ) -> dict[str, Any]:
+    """`table` as a dict whose keys are all `allowed` and whose values have their kinds (`owner`, the type
+    the table builds, says which keys take "none")."""
     if not isinstance(table, dict):
         raise where.error(name, "must be a table")
     for key in table:
         if key not in allowed:
             raise where.error(f"{name}.{key}", f"unknown key; allowed: {', '.join(sorted(allowed))}")
     for key, value in table.items():
-        kind = KEY_TYPES.get(types or name, {}).get(key)
-        if kind is not None:
-            _check_type(value, kind, f"{name}.{key}", where)
+        if value == NONE and owner is not None and key in table_keys(owner) and _none_allowed(owner, key):
+            continue
+        _check_type(value, allowed[key], f"{name}.{key}", where)
     return table
 
 
@@ -246,115 +297,194 @@ def _seconds_or_dist(value: Any, name: str, where: _Located) -> float | Distribu
 
 
 def _build(factory: Any, label: str, where: _Located, kwargs: dict[str, Any]) -> Any:
+    """`factory(**kwargs)`, its ConfigError located at the key it names (else at `label`)."""
     try:
         return factory(**kwargs)
     except ConfigError as exc:
-        raise where.error(label, str(exc)) from None
+        named = [k for k in kwargs if re.search(rf"\b{re.escape(k)}\b", str(exc))]
+        raise where.error(f"{label}.{named[0]}" if named else label, str(exc)) from None
     except (TypeError, ValueError) as exc:
         raise where.error(label, f"wrong type of value ({exc})") from None
 
 
+def _values(owner: type, table: dict[str, Any], name: str, where: _Located) -> dict[str, Any]:
+    """A checked table's values as `owner`'s keyword arguments: distributions parsed, "none" as None,
+    nested tables built."""
+    kinds = table_keys(owner)
+    kwargs: dict[str, Any] = {}
+    for key, value in table.items():
+        label = f"{name}.{key}"
+        if value == NONE and _none_allowed(owner, key):
+            kwargs[key] = None
+        elif kinds[key] == "dist":
+            hint = _unwrap_optional(get_type_hints(owner)[key])[0]
+            kwargs[key] = (
+                _seconds_or_dist(value, label, where)
+                if hint is not Distribution
+                else _dist(value, label, where)
+            )
+        elif kinds[key] == "table" and key in TABLE_TYPES:
+            kwargs[key] = _record(TABLE_TYPES[key], value, label, where)
+        else:
+            kwargs[key] = value
+    return kwargs
+
+
+def _record(owner: type, table: Any, name: str, where: _Located) -> Any:
+    """The `owner` record a [table] describes, every key and value checked, errors located."""
+    table = _check_keys(table, table_keys(owner), name, where, owner)
+    return _build(owner, name, where, _values(owner, table, name, where))
+
+
+# What to say when a fault has a key of another kind (a crash has no duration, ...).
+FAULT_HINTS = {
+    ("outage", "after"): "an outage starts at an absolute time: use at = seconds",
+    ("child_crash", "worker"): "a child_crash hits a job: use job = N and after = seconds",
+    ("child_crash", "at"): "a child_crash hits a job: use job = N and after = seconds",
+}
+
+
+def _a(word: str) -> str:
+    return f"a{'n' if word[0] in 'aeiou' else ''} {word}"
+
+
+def _fault(table: Any, name: str, where: _Located) -> Any:
+    table = dict(_check_keys(table, KEY_TYPES["fault"], name, where))
+    kind = table.pop("kind", None)
+    if kind not in FAULT_KINDS:
+        raise where.error(f"{name}.kind", f"must be one of {', '.join(map(repr, FAULT_KINDS))}, got {kind!r}")
+    owner = FAULT_KINDS[kind]
+    own = table_keys(owner)
+    for key in table:
+        if key in own:
+            continue
+        owners = [k for k, t in FAULT_KINDS.items() if key in table_keys(t)]
+        hint = FAULT_HINTS.get((kind, key))
+        if hint is None and len(owners) == 1:
+            hint = f"only {_a(owners[0])} has {key}"
+        if hint is None:
+            hint = f"{_a(kind)} has no {key} (did you mean kind = {owners[0]!r}?)"
+        where_key = f"{name}.kind" if (kind, key) == ("child_crash", "worker") else f"{name}.{key}"
+        raise where.error(where_key, hint)
+    _check_keys(table, own, name, where, owner)  # the kind's own types (an outage's duration is a number)
+    missing = [f.name for f in fields(owner) if f.init and f.default is MISSING and f.name not in table]
+    if missing:
+        raise where.error(f"{name}.kind", f"{_a(kind)} needs {' and '.join(f'{m} = ...' for m in missing)}")
+    return _build(owner, f"{name}.kind", where, _values(owner, table, name, where))
+
+
 def _scenario(table: Any, where: _Located) -> Scenario:
-    table = _check_keys(table, SCENARIO_KEYS, "scenario", where)
-    kwargs: dict[str, Any] = {
-        k: v for k, v in table.items() if k not in ("faults", "random_faults", "network")
-    }
-    if "duration" in kwargs:
-        kwargs["duration"] = _dist(kwargs["duration"], "scenario.duration", where)
-    for key in ("workers", "concurrency", "jobs", "hz"):
-        if key in kwargs and (isinstance(kwargs[key], bool) or not isinstance(kwargs[key], int)):
-            raise where.error(f"scenario.{key}", f"must be a whole number, got {kwargs[key]!r}")
-    for key in ("arrival_rate", "horizon"):
-        if key in kwargs and (isinstance(kwargs[key], bool) or not isinstance(kwargs[key], int | float)):
-            raise where.error(f"scenario.{key}", f"must be a number, got {kwargs[key]!r}")
-    faults = []
-    for i, fault in enumerate(table.get("faults", [])):
-        name = f"scenario.faults[{i}]"
-        fault = dict(_check_keys(fault, FAULT_KEYS, name, where, types="fault"))
-        kind = fault.pop("kind", None)
-        if kind not in FAULT_KINDS:
-            raise where.error(
-                f"{name}.kind", f"must be one of {', '.join(map(repr, FAULT_KINDS))}, got {kind!r}"
-            )
-        if "after" in fault:
-            if kind in ("outage", "partition"):
-                raise where.error(
-                    f"{name}.after",
-                    f"a{'n' * (kind == 'outage')} {kind} starts at an absolute time: use at = seconds",
-                )
-            fault["after"] = _seconds_or_dist(fault["after"], f"{name}.after", where)
-        if kind in ("freeze", "block", "outage", "partition"):
-            if "duration" not in fault:
-                raise where.error(f"{name}.kind", f"a {kind} needs duration = seconds")
-            if kind in ("outage", "partition"):
-                if isinstance(fault["duration"], bool) or not isinstance(fault["duration"], int | float):
-                    raise where.error(f"{name}.duration", "an outage's duration must be a number of seconds")
-            else:
-                fault["duration"] = _seconds_or_dist(fault["duration"], f"{name}.duration", where)
-        elif "duration" in fault:
-            raise where.error(f"{name}.duration", f"a {kind} has no duration (did you mean kind = 'freeze'?)")
-        for key, owner in (
-            ("restart_after", "crash"),
-            ("lost_writes", "outage"),
-            ("redis_restart", "outage"),
-            ("give_up", "partition"),
-            ("connect_timeout", "partition"),
-            ("retransmit", "partition"),
-            ("recovers", "outage"),
-            ("readonly", "outage"),
-        ):
-            if key in fault and kind != owner:
-                raise where.error(
-                    f"{name}.{key}", f"only a{'n' if owner[0] == 'o' else ''} {owner} has {key}"
-                )
-        if "recovers" in fault and not isinstance(fault["recovers"], bool):
-            raise where.error(f"{name}.recovers", f"must be true or false, got {fault['recovers']!r}")
-        if "redis_restart" in fault and not isinstance(fault["redis_restart"], bool):
-            raise where.error(
-                f"{name}.redis_restart", f"must be true or false, got {fault['redis_restart']!r}"
-            )
-        for key in MEMORY_KEYS:
-            if key in fault and kind != "memory_pressure":
-                raise where.error(f"{name}.{key}", f"only a memory_pressure has {key}")
-        if kind == "memory_pressure":
-            for key in ("worker", "at", "job", "after"):
-                if key in fault:
-                    raise where.error(f"{name}.{key}", "a memory_pressure is Redis's for the whole run")
-            if "maxmemory" not in fault:
-                raise where.error(f"{name}.kind", "a memory_pressure needs maxmemory = bytes")
-        if kind == "child_crash" and ("worker" in fault or "at" in fault):
-            raise where.error(f"{name}.kind", "a child_crash hits a job: use job = N and after = seconds")
-        faults.append(_build(FAULT_KINDS[kind], f"{name}.kind", where, fault))
-    kwargs["faults"] = tuple(faults)
-    if "random_faults" in table:
-        rf = dict(
-            _check_keys(
-                table["random_faults"], RANDOM_KEYS, "scenario.random_faults", where, types="random_faults"
-            )
-        )
-        for key in ("freeze_duration", "block_duration", "outage_duration"):
-            if key in rf:
-                rf[key] = _dist(rf[key], f"scenario.random_faults.{key}", where)
-        kwargs["random_faults"] = _build(RandomFaults, "scenario.random_faults", where, rf)
-    if "network" in table:
-        net = dict(_check_keys(table["network"], NETWORK_KEYS, "scenario.network", where, types="network"))
-        if "rtt" in net:
-            net["rtt"] = _dist(net["rtt"], "scenario.network.rtt", where)
-        kwargs["network"] = _build(Network, "scenario.network", where, net)
+    table = dict(_check_keys(table, KEY_TYPES["scenario"], "scenario", where, Scenario))
+    faults = table.pop("faults", [])
+    kwargs = _values(Scenario, table, "scenario", where)
+    kwargs["faults"] = tuple(_fault(f, f"scenario.faults[{i}]", where) for i, f in enumerate(faults))
     return _build(Scenario, "scenario", where, kwargs)
 
 
-def _policy(table: Any, where: _Located) -> ReclaimPolicy:
-    table = dict(_check_keys(table, POLICY_KEYS, "policy", where))
+def _policy(table: dict[str, Any], where: _Located) -> ReclaimPolicy:
+    """The policy a [policy] table describes: `kind` names a type (its fields are the keys) or a preset (its
+    settings are)."""
+    table = dict(table)
     kind = table.pop("kind", "lease")
-    if kind == "lease":
-        return _build(LeasePolicy, "policy", where, table)
-    if kind == "timeout":
-        return _build(TimeoutPolicy, "policy", where, table)
-    if kind in PRESETS:
-        return _build(lambda **kw: preset(kind, **kw), "policy", where, table)
+    _check_type(kind, str, "policy.kind", where)
+    if looks_like_detector(kind):  # a user's detector: the table's other keys are its parameters
+        try:
+            spec = parse_detector(kind, base=where.path.parent)  # a relative file is beside the TOML
+            return load_detector(replace(spec, params=spec.params + tuple(table.items())))
+        except ConfigError as exc:
+            raise where.error("policy.kind", str(exc)) from None
+    renamed = {new: old for old, new in ALIASES.items() if old in table}
+    for new, old in renamed.items():
+        table[new] = table.pop(old)
+    try:
+        if kind in POLICY_KINDS:
+            return _record(POLICY_KINDS[kind], table, "policy", where)
+        if kind in PRESETS:
+            _check_keys(table, KEY_TYPES["policy"], "policy", where, LeasePolicy)
+            table = {k: None if v == NONE else v for k, v in table.items()}
+            return _build(lambda **kw: preset(kind, **kw), "policy", where, table)
+    except ConfigError as exc:
+        if not renamed:
+            raise
+        new, old = next(iter(renamed.items()))  # say it as the file does: `take`, not `take_mode`
+        message = str(exc).split(f"policy.{new}: ", 1)[-1].replace(new, old)
+        raise where.error(f"policy.{old}", message) from None
     raise where.error(
         "policy.kind", f"must be 'lease', 'timeout' or a preset ({', '.join(PRESETS)}), got {kind!r}"
+    )
+
+
+# -- writing -----------------------------------------------------------------------------------------------------
+def distribution_text(value: Distribution) -> str:
+    """A distribution as `parse_distribution` reads it back (floats by their repr: exact)."""
+    match value:
+        case Fixed():
+            return f"fixed:{float(value.value)!r}"
+        case Uniform():
+            return f"uniform:{float(value.low)!r}:{float(value.high)!r}"
+        case Exponential():
+            return f"exp:{float(value.mean_value)!r}"
+        case LogNormal():
+            return f"lognormal:{float(value.median)!r}:{float(value.sigma)!r}"
+        case Empirical():
+            return "empirical:" + ",".join(repr(float(v)) for v in value.values)
+    raise ConfigError(f"{type(value).__name__} cannot be written to a scenario file (no text form)")
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a TOML basic string
+    return json.dumps(distribution_text(value))
+
+
+def _lines(record: Any, skip: Sequence[str] = ()) -> list[str]:
+    """`key = value` for every init field of `record` that differs from its default ("none" for a None)."""
+    lines = []
+    for f in fields(record):
+        value = getattr(record, f.name)
+        if not f.init or f.name in skip or (f.default is not MISSING and value == f.default):
+            continue
+        if f.default_factory is not MISSING and value == f.default_factory():
+            continue
+        lines.append(f"{f.name} = {_literal(NONE if value is None else value)}")
+    return lines
+
+
+def to_toml(scenario: Scenario, policy: ReclaimPolicy | None = None) -> str:
+    """A scenario file that `load_config` reads back as `(scenario, policy)`, equal: every field that differs
+    from its default, by the same schema (a built-in `LeasePolicy` or `TimeoutPolicy`, or a preset as it
+    ships). A distribution without a text form (a user's own class) is refused."""
+    out = ["[scenario]", *_lines(scenario, skip=("faults", "random_faults", "network"))]
+    if scenario.network != Network():
+        out += ["", "[scenario.network]", *_lines(scenario.network)]
+    if scenario.random_faults is not None:
+        out += ["", "[scenario.random_faults]", *_lines(scenario.random_faults)]
+    kinds = {owner: kind for kind, owner in FAULT_KINDS.items()}
+    for fault in scenario.faults:
+        out += ["", "[[scenario.faults]]", f"kind = {_literal(kinds[type(fault)])}", *_lines(fault)]
+    if policy is not None:
+        out += ["", "[policy]", *_policy_lines(policy)]
+    return "\n".join(out) + "\n"
+
+
+def _policy_lines(policy: ReclaimPolicy) -> list[str]:
+    kinds = {owner: kind for kind, owner in POLICY_KINDS.items()}
+    if type(policy) in kinds:
+        lines = [f"kind = {_literal(kinds[type(policy)])}", *_lines(policy, skip=("renewal",))]
+        rule = getattr(policy, "renewal", None)
+        if isinstance(policy, LeasePolicy) and rule is not None:
+            lines = [line for line in lines if not line.startswith("track_by")]  # the rule's own, below
+            lines += ["", "[policy.renewal]", *_lines(rule)]
+        return lines
+    if policy.name in PRESETS and policy == preset(policy.name):
+        return [f"kind = {_literal(policy.name)}"]
+    raise ConfigError(
+        f"{type(policy).__name__} cannot be written to a scenario file: only LeasePolicy, TimeoutPolicy and "
+        "the presets as they ship can"
     )
 
 

@@ -488,7 +488,7 @@ class Simulation:
         lock_events = with_expiries(ledger.lock_events, end_ms / 1000) if ledger.record_locks else []
         return Run(
             scenario=self.scenario.name,
-            policy=self.policy.settings(),
+            policy=self.policy.table_settings(),
             seed=self.seed,
             replication=self.replication,
             end=end_ms / 1000,

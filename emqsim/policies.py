@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import dataclass, replace
-from typing import Any, Literal, Protocol
+from dataclasses import KW_ONLY, dataclass, field, replace
+from typing import Any, Literal, Protocol, get_args
 
 import numpy as np
 
@@ -23,6 +23,8 @@ from emqsim.protocol import FinishReply, Queue, SweepReply
 from emqsim.units import to_ms, to_s
 
 SweptBy = Literal["workers", "reaper"]
+TakeMode = Literal["atomic", "after-wakeup"]
+TrackBy = Literal["token", "job"]
 
 
 class LeaseWarning(UserWarning):
@@ -38,6 +40,26 @@ def _require_positive(name: str, seconds: float) -> None:
         raise ConfigError(
             f"{name} must be at least 0.001 s (the clock counts whole milliseconds), got {seconds}"
         )
+
+
+def _require_choice(name: str, value: Any, choices: Any) -> None:
+    """Refuse a string option outside its `Literal` type's values, naming them."""
+    allowed = get_args(choices)
+    if value not in allowed:
+        raise ConfigError(f"{name} must be {' or '.join(map(repr, allowed))}, got {value!r}")
+
+
+def _rule_settings(rule: RenewalRule) -> dict[str, Any]:
+    """A renewal rule's options as plain settings, in seconds (for `settings()`)."""
+    return {
+        "renew_tick": to_s(rule.tick_ms),
+        "renew_min_age": to_s(rule.min_age_ms),
+        "renew_strict": rule.strict,
+        "renew_after_reply": rule.after_reply,
+        "renew_per_job": rule.per_job,
+        "recreate_missing": rule.recreate_missing,
+        "track_by": rule.track_by,
+    }
 
 
 @dataclass(frozen=True)
@@ -61,11 +83,18 @@ class RenewalRule:
     after_reply: bool = True
     per_job: bool = False
     recreate_missing: bool = False
-    track_by: str = "token"
+    track_by: TrackBy = "token"
 
     def __post_init__(self) -> None:
-        if self.track_by not in ("token", "job"):
-            raise ConfigError(f"track_by must be 'token' or 'job', got {self.track_by!r}")
+        require_whole("RenewalRule.tick_ms", self.tick_ms)
+        require_whole("RenewalRule.min_age_ms", self.min_age_ms)
+        if self.tick_ms < 1 or self.min_age_ms < 0:
+            raise ConfigError(
+                f"RenewalRule needs tick_ms >= 1 and min_age_ms >= 0, got {self.tick_ms} and {self.min_age_ms}"
+            )
+        for name in ("strict", "after_reply", "per_job", "recreate_missing"):
+            require_bool(f"RenewalRule.{name}", getattr(self, name))
+        _require_choice("track_by", self.track_by, TrackBy)
 
     @classmethod
     def every(cls, beat: float, **kw: Any) -> RenewalRule:
@@ -136,9 +165,17 @@ class ReclaimPolicy:
         """Seconds an idle taker waits on the queue's marker (take after wake-up only)."""
         return self.drain_delay_ms / 1000
 
-    def settings(self) -> dict[str, Any]:
-        """Plain settings for tables, in seconds; None where a setting does not apply. The keys are the same
-        for every policy (lease, beat, scan, timeout), so runs of different policies share one table."""
+    def table_settings(self) -> dict[str, Any]:
+        """The settings a result row and `Run.policy` record, in seconds; None where a setting does not apply.
+        The keys are the same for every policy (policy, lease, beat, scan, timeout), so runs of different
+        policies share one table (a `Detector` adds its parameters). A policy written when `settings()` was
+        the row (it overrides `settings()` alone) is recorded by its `settings()`, as it was."""
+        owner = next(c for c in type(self).__mro__ if "settings" in vars(c))
+        if owner.__module__ != __name__:
+            return self.settings()
+        return self._row()
+
+    def _row(self) -> dict[str, Any]:
         return {
             "policy": self.name,
             "lease": None,
@@ -147,10 +184,23 @@ class ReclaimPolicy:
             "timeout": None,
         }
 
+    def settings(self) -> dict[str, Any]:
+        """Every setting of the policy, in seconds: `table_settings()` and each option besides (the built-in
+        policies name them all: take, tracking, lazy fail, the renewal rule...), so two policies that
+        behave differently never have equal settings."""
+        return {
+            **self._row(),
+            "swept_by": self.swept_by,
+            "fenced": self.fenced,
+            "take_after_wakeup": self.take_after_wakeup,
+            "lazy_fail": self.lazy_fail,
+            **({} if self.renewal is None else _rule_settings(self.renewal)),
+        }
+
     def params(self) -> dict[str, Any]:
-        """The policy's own parameters, in seconds, for a table: those of `settings()` that apply (a
+        """The policy's own parameters, in seconds, for a table: those of `table_settings()` that apply (a
         `Detector` shows its own)."""
-        return {k: v for k, v in self.settings().items() if k != "policy" and v is not None}
+        return {k: v for k, v in self.table_settings().items() if k != "policy" and v is not None}
 
     # Server-side atomic steps; each runs inside the store at one instant.
     def take(self, queue: Queue, token: str, now_ms: int) -> str | None:
@@ -276,48 +326,66 @@ class Detector(ReclaimPolicy):
             if not k.startswith("_") and isinstance(v, int | float | str | bool) and k != "sweep_interval_ms"
         } | {"scan": self.scan}
 
+    def table_settings(self) -> dict[str, Any]:
+        return {**super().table_settings(), "beat": self.beat, **self.params()}
+
+    def __repr__(self) -> str:
+        """The class and its parameters (`PhiAccrual(beat=2.0, threshold=8, ..., scan=1.0)`), not its state."""
+        return f"{type(self).__qualname__}({', '.join(f'{k}={v!r}' for k, v in self.params().items())})"
+
     def settings(self) -> dict[str, Any]:
-        return {**super().settings(), "beat": self.beat, **self.params()}
+        return {**self.table_settings(), "max_stalled": self.max_stalled}
 
 
+@dataclass(frozen=True)
 class LeasePolicy(ReclaimPolicy):
     """A lock with a `PX` lease, renewed by a heartbeat; the sweep reclaims jobs whose lock is gone.
 
     `lease`, `beat` and `scan` are seconds. `two_phase` selects BullMQ's mark-then-move sweep (default) or a
     single pass. `renewal` overrides the default rule `RenewalRule.every(beat)` (e.g. BullMQ's exact rule);
-    `track_by` ("token" or "job") sets the rule's lock-manager keying. `take` is "atomic" (a blocking move
+    `track_by` ("token" or "job") sets the rule's lock-manager keying. `take_mode` is "atomic" (a blocking move
     Redis serves even to a frozen client) or "after-wakeup" (BullMQ: marker wake-up, then moveToActive;
     idle takers wait up to `drain_delay` s); `lazy_fail` fails a job past `max_stalled` at its next take;
     `fetch_next` makes an accepted finish take the slot's next job in the same step (BullMQ's moveToFinished).
+
+    Frozen and validated: change a setting with `dataclasses.replace(policy, lazy_fail=True)` (checked
+    again). The stored `renewal` is the rule in force (the default one resolved from `beat`), so a `replace`
+    that changes `beat` keeps it unless it also passes `renewal=None`.
     """
 
-    def __init__(
-        self,
-        lease: float = 30.0,
-        beat: float = 10.0,
-        scan: float = 5.0,
-        *,
-        two_phase: bool = True,
-        max_stalled: int | None = 1,
-        swept_by: SweptBy = "workers",
-        renewal: RenewalRule | None = None,
-        name: str = "lease",
-        take: str = "atomic",
-        drain_delay: float = 5.0,
-        lazy_fail: bool = False,
-        track_by: str | None = None,
-        fetch_next: bool = False,
-    ) -> None:
+    lease: float = 30.0
+    beat: float = 10.0
+    scan: float = 5.0
+    _: KW_ONLY
+    two_phase: bool = True
+    max_stalled: int | None = 1
+    swept_by: SweptBy = "workers"
+    renewal: RenewalRule | None = None
+    name: str = "lease"
+    take_mode: TakeMode = "atomic"
+    drain_delay: float = 5.0
+    lazy_fail: bool = False
+    track_by: TrackBy | None = None
+    fetch_next: bool = False
+    # the engine's whole milliseconds, derived from the seconds above (not settings of their own)
+    lease_ms: int = field(init=False, repr=False, compare=False)
+    beat_ms: int = field(init=False, repr=False, compare=False)
+    sweep_interval_ms: int = field(init=False, repr=False, compare=False)
+    drain_delay_ms: int = field(init=False, repr=False, compare=False)
+    take_after_wakeup: bool = field(init=False, repr=False, compare=False)
+    fenced = True
+
+    def __post_init__(self) -> None:
+        lease, beat, scan, drain_delay = self.lease, self.beat, self.scan, self.drain_delay
         _require_positive("lease", lease)
         _require_positive("drain_delay", drain_delay)
-        require_bool("two_phase", two_phase)
-        require_whole("max_stalled", max_stalled, none=True)
-        require_instance("name", name, str, "a string")
-        if take not in ("atomic", "after-wakeup"):
-            raise ConfigError(f"take must be 'atomic' or 'after-wakeup', got {take!r}")
-        if not isinstance(lazy_fail, bool):
-            raise ConfigError(f"lazy_fail must be true or false, got {lazy_fail!r}")
-        require_bool("fetch_next", fetch_next)
+        require_bool("two_phase", self.two_phase)
+        require_whole("max_stalled", self.max_stalled, none=True)
+        require_instance("name", self.name, str, "a string")
+        _require_choice("take_mode", self.take_mode, TakeMode)
+        if not isinstance(self.lazy_fail, bool):
+            raise ConfigError(f"lazy_fail must be true or false, got {self.lazy_fail!r}")
+        require_bool("fetch_next", self.fetch_next)
         _require_positive("beat", beat)
         _require_positive("scan", scan)
         if beat >= lease:
@@ -325,51 +393,62 @@ class LeasePolicy(ReclaimPolicy):
                 f"beat ({beat:g} s) must be shorter than the lease ({lease:g} s): the lock would lapse "
                 "between renewals; try beat <= lease/3"
             )
-        if max_stalled is not None and max_stalled < 0:
-            raise ConfigError(f"max_stalled must be >= 0 or None, got {max_stalled}")
-        if swept_by not in ("workers", "reaper"):
-            raise ConfigError(f"swept_by must be 'workers' or 'reaper', got {swept_by!r}")
-        self.lease_ms = to_ms(lease)
-        self.beat_ms = to_ms(beat)
-        self.sweep_interval_ms = to_ms(scan)
-        self.two_phase = two_phase
-        self.max_stalled = max_stalled
-        self.swept_by = swept_by
-        self.renewal = renewal or RenewalRule.every(beat)
-        if track_by is not None:
-            self.renewal = replace(self.renewal, track_by=track_by)
-        if self.renewal.tick_ms >= self.lease_ms:
+        if self.max_stalled is not None and self.max_stalled < 0:
+            raise ConfigError(f"max_stalled must be >= 0 or None, got {self.max_stalled}")
+        _require_choice("swept_by", self.swept_by, SweptBy)
+        if self.track_by is not None:
+            _require_choice("track_by", self.track_by, TrackBy)
+        if self.renewal is not None:
+            require_instance("renewal", self.renewal, RenewalRule, "a RenewalRule or None")
+        rule = self.renewal or RenewalRule.every(beat)
+        if self.track_by is not None:
+            rule = replace(rule, track_by=self.track_by)
+        values = {
+            "lease": to_s(to_ms(lease)),  # the clock's whole milliseconds, as seconds: 30 and 30.0 are equal
+            "beat": to_s(to_ms(beat)),
+            "scan": to_s(to_ms(scan)),
+            "drain_delay": to_s(to_ms(drain_delay)),
+            "renewal": rule,
+            "track_by": rule.track_by,
+            "lease_ms": to_ms(lease),
+            "beat_ms": to_ms(beat),
+            "sweep_interval_ms": to_ms(scan),
+            "drain_delay_ms": to_ms(drain_delay),
+            "take_after_wakeup": self.take_mode == "after-wakeup",
+        }
+        for key, value in values.items():
+            object.__setattr__(self, key, value)
+        if rule.tick_ms >= self.lease_ms:
             raise ConfigError("the renewal timer must tick more often than the lease lasts")
-        self.name = name
-        self.fenced = True
-        self.take_after_wakeup = take == "after-wakeup"
-        self.drain_delay_ms = to_ms(drain_delay)
-        self.lazy_fail = lazy_fail
-        self.fetch_next = fetch_next
         if lease / beat < 2:
             warnings.warn(
                 f"lease/beat = {lease / beat:.2f} < 2: a single late or lost heartbeat lapses the lease",
                 LeaseWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
 
-    @property
-    def lease(self) -> float:
-        """Seconds a lock lives without a renewal."""
-        return self.lease_ms / 1000
-
-    @property
-    def beat(self) -> float:
-        """Seconds between two heartbeats."""
-        return self.beat_ms / 1000
-
-    def settings(self) -> dict[str, Any]:
+    def table_settings(self) -> dict[str, Any]:
         return {
             "policy": self.name,
             "lease": to_s(self.lease_ms),
             "beat": to_s(self.beat_ms),
             "scan": to_s(self.sweep_interval_ms),
             "timeout": None,
+        }
+
+    def settings(self) -> dict[str, Any]:
+        rule = self.renewal
+        assert rule is not None  # a lease always has a renewal rule
+        return {
+            **self.table_settings(),
+            "two_phase": self.two_phase,
+            "max_stalled": self.max_stalled,
+            "swept_by": self.swept_by,
+            "take_mode": self.take_mode,
+            "drain_delay": self.drain_delay,
+            "lazy_fail": self.lazy_fail,
+            "fetch_next": self.fetch_next,
+            **_rule_settings(rule),
         }
 
     def take(self, queue: Queue, token: str, now_ms: int) -> str | None:
@@ -388,51 +467,44 @@ class LeasePolicy(ReclaimPolicy):
     def sweep_refused(self, queue: Queue, arrival_ms: int) -> bool:
         return queue.sweep_rate_limited(arrival_ms)
 
-    def __repr__(self) -> str:
-        return (
-            f"LeasePolicy(lease={to_s(self.lease_ms)}, beat={to_s(self.beat_ms)}, "
-            f"scan={to_s(self.sweep_interval_ms)}, two_phase={self.two_phase})"
-        )
 
-
+@dataclass(frozen=True)
 class TimeoutPolicy(ReclaimPolicy):
     """The fixed-timeout reaper: every `scan` seconds, reclaim any active job older than `timeout` seconds.
 
     No heartbeat. Finishes are not token-checked unless `fenced=True`, so a late finish of a reclaimed job is
-    accepted: the job has then completed twice.
+    accepted: the job has then completed twice. Frozen and validated, as `LeasePolicy`.
     """
 
-    def __init__(
-        self,
-        timeout: float = 600.0,
-        scan: float = 5.0,
-        *,
-        fenced: bool = False,
-        max_stalled: int | None = None,
-        swept_by: SweptBy = "reaper",
-        name: str = "timeout",
-    ) -> None:
-        _require_positive("timeout", timeout)
-        _require_positive("scan", scan)
-        require_bool("fenced", fenced)
-        require_whole("max_stalled", max_stalled, none=True)
-        require_instance("name", name, str, "a string")
-        if swept_by not in ("workers", "reaper"):
-            raise ConfigError(f"swept_by must be 'workers' or 'reaper', got {swept_by!r}")
-        self.timeout_ms = to_ms(timeout)
-        self.sweep_interval_ms = to_ms(scan)
-        self.fenced = fenced
-        self.max_stalled = max_stalled
-        self.swept_by = swept_by
-        self.renewal = None
-        self.name = name
+    timeout: float = 600.0
+    scan: float = 5.0
+    _: KW_ONLY
+    fenced: bool = False
+    max_stalled: int | None = None
+    swept_by: SweptBy = "reaper"
+    name: str = "timeout"
+    timeout_ms: int = field(init=False, repr=False, compare=False)
+    sweep_interval_ms: int = field(init=False, repr=False, compare=False)
+    renewal = None
 
-    @property
-    def timeout(self) -> float:
-        """Seconds after its take that an active job counts as dead."""
-        return self.timeout_ms / 1000
+    def __post_init__(self) -> None:
+        _require_positive("timeout", self.timeout)
+        _require_positive("scan", self.scan)
+        require_bool("fenced", self.fenced)
+        require_whole("max_stalled", self.max_stalled, none=True)
+        require_instance("name", self.name, str, "a string")
+        if self.max_stalled is not None and self.max_stalled < 0:
+            raise ConfigError(f"max_stalled must be >= 0 or None, got {self.max_stalled}")
+        _require_choice("swept_by", self.swept_by, SweptBy)
+        for key, value in {
+            "timeout": to_s(to_ms(self.timeout)),
+            "scan": to_s(to_ms(self.scan)),
+            "timeout_ms": to_ms(self.timeout),
+            "sweep_interval_ms": to_ms(self.scan),
+        }.items():
+            object.__setattr__(self, key, value)
 
-    def settings(self) -> dict[str, Any]:
+    def table_settings(self) -> dict[str, Any]:
         return {
             "policy": self.name,
             "lease": None,
@@ -441,8 +513,13 @@ class TimeoutPolicy(ReclaimPolicy):
             "timeout": to_s(self.timeout_ms),
         }
 
+    def settings(self) -> dict[str, Any]:
+        return {
+            **self.table_settings(),
+            "fenced": self.fenced,
+            "max_stalled": self.max_stalled,
+            "swept_by": self.swept_by,
+        }
+
     def sweep(self, queue: Queue, now_ms: int) -> SweepReply:
         return queue.reap(now_ms, self.timeout_ms, self.max_stalled)
-
-    def __repr__(self) -> str:
-        return f"TimeoutPolicy(timeout={to_s(self.timeout_ms)}, scan={to_s(self.sweep_interval_ms)})"

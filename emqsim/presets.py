@@ -5,8 +5,9 @@ Overrides keep a system's derived rules: `preset("bullmq", lease=2)` keeps renew
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from emqsim.errors import ConfigError
@@ -21,10 +22,13 @@ class Preset:
     name: str
     system: str
     mechanism: str
-    defaults: dict[str, float | int | None]
+    defaults: Mapping[str, float | int | None]
     source: str
     description: str
     build: Callable[..., ReclaimPolicy]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "defaults", MappingProxyType(dict(self.defaults)))  # read-only, as the rest
 
     def policy(self, **overrides: Any) -> ReclaimPolicy:
         unknown = sorted(set(overrides) - set(self.defaults))
@@ -48,7 +52,7 @@ def _bullmq(name: str, lease: float, scan: float, max_stalled: int) -> ReclaimPo
         swept_by="workers",
         renewal=rule,
         name=name,
-        take="after-wakeup",  # BZPOPMIN on the marker, then moveToActive (drainDelay 5 s)
+        take_mode="after-wakeup",  # BZPOPMIN on the marker, then moveToActive (drainDelay 5 s)
         drain_delay=5.0,
         lazy_fail=True,  # past maxStalledCount: `defa` set, re-queued, failed by the next taker
         fetch_next=True,  # moveToFinished locks the next waiting job to the same worker (fetchNextJob)

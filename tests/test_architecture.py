@@ -46,7 +46,7 @@ CORE: list[tuple[str, list[str]]] = [
     ("store", ["emqsim.store"]),
     ("model inputs", ["emqsim.faults", "emqsim.scenario"]),
     ("protocol", ["emqsim.protocol"]),
-    ("policies", ["emqsim.policies", "emqsim.presets", "emqsim.ledger"]),
+    ("policies", ["emqsim.policies", "emqsim.presets", "emqsim.ledger", "emqsim.user_code"]),
     ("server", ["emqsim.server"]),
     ("workers", ["emqsim.worker"]),
     ("engine", ["emqsim.engine"]),

@@ -244,7 +244,7 @@ def test_outages_are_checked():
 # -- takes after wake-up ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("take", ["atomic", "after-wakeup"])
 def test_a_frozen_worker_is_handed_a_job_only_by_the_atomic_take(take):
-    policy = LeasePolicy(30, 10, 5, take=take)
+    policy = LeasePolicy(30, 10, 5, take_mode=take)
     sc = Scenario(
         workers=2,
         jobs=1,

@@ -2,6 +2,8 @@
 queue's structures, the lease never takes a live worker's job when nothing freezes or loses renewals, the
 timeout never reclaims a job younger than T, and every detection lies within its policy's bounds."""
 
+import dataclasses
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -78,7 +80,14 @@ def scenarios(draw, freezes=True, loss=True):
 
 leases = st.builds(
     lambda lease, ratio, scan, two, by, take, track_by, lazy: LeasePolicy(
-        lease, lease / ratio, scan, two_phase=two, swept_by=by, take=take, track_by=track_by, lazy_fail=lazy
+        lease,
+        lease / ratio,
+        scan,
+        two_phase=two,
+        swept_by=by,
+        take_mode=take,
+        track_by=track_by,
+        lazy_fail=lazy,
     ),
     st.sampled_from([5.0, 15.0, 30.0]),
     st.sampled_from([2.5, 3.0, 5.0]),
@@ -157,7 +166,7 @@ def last_sweep_due(scenario, due, scan):
 @settings(max_examples=40)
 @given(scenarios(freezes=False, loss=False), leases, st.integers(0, 2**16))
 def test_lease_detection_latency_within_bounds_with_a_reaper(scenario, policy, seed):
-    policy.swept_by = "reaper"
+    policy = dataclasses.replace(policy, swept_by="reaper")
     _, result = run(scenario, policy, seed)
     lease, beat, scan = policy.lease_ms / 1000, policy.beat_ms / 1000, policy.sweep_interval_ms / 1000
     extra_phase = scan if (policy.two_phase and scan > lease) else 0.0

@@ -14,9 +14,12 @@ from typing import Any
 from emqsim.distributions import Distribution, parse_distribution
 from emqsim.errors import ConfigError
 from emqsim.fileio import folder_problem, writable_problem
+from emqsim.policies import ReclaimPolicy
 from emqsim.presets import PRESETS
 from emqsim.scenario import STANDARD
 from emqsim.units import MAX_SECONDS, check_distribution
+from emqsim.user_code import EXAMPLE as DETECTOR_EXAMPLE
+from emqsim.user_code import detector, looks_like_detector
 
 
 def seconds(text: str) -> float:
@@ -128,6 +131,27 @@ def preset_name(text: str) -> str:
     if text not in PRESETS:
         raise argparse.ArgumentTypeError(f"unknown preset {text!r}; choose one of: {', '.join(PRESETS)}")
     return text
+
+
+POLICY_HELP = (
+    "the policy to run: lease (default), timeout, or your detector from its file, FILE.py:Class or "
+    "'FILE.py:Class(key=value, ...)' with its parameters as literals (docs/policies.md)"
+)
+
+
+def policy_choice(text: str) -> str | ReclaimPolicy:
+    """`lease`, `timeout`, or a user's detector named by its file (`my_detector.py:PhiAccrual(threshold=8)`),
+    imported and built here, so a bad file, class or parameter is refused before any work."""
+    if text in ("lease", "timeout"):
+        return text
+    if not looks_like_detector(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a policy; choose lease or timeout, or give your detector as {DETECTOR_EXAMPLE}"
+        )
+    try:
+        return detector(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _os_errors_are_bad_input(parse: Callable[[str], Any]) -> Callable[[str], Any]:

@@ -4,7 +4,6 @@ ConfigError naming the flag)."""
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
 import warnings
 from collections.abc import Sequence
@@ -151,20 +150,19 @@ def with_model_options(policy: ReclaimPolicy, args: argparse.Namespace) -> Recla
     fetch_next = getattr(args, "fetch_next", None)
     if take is None and track_by is None and not lazy and fetch_next is None:
         return policy
-    if policy.renewal is None:
+    if not isinstance(policy, LeasePolicy):
         flag = "--take" if take else "--track-by" if track_by else "--lazy-fail" if lazy else "--fetch-next"
         fail(flag, f"{policy.name!r} has no lease: the BullMQ model options apply to lease policies only")
-    policy = copy.deepcopy(policy)
+    changes: dict[str, Any] = {}
     if take is not None:
-        policy.take_after_wakeup = take == "after-wakeup"
+        changes["take_mode"] = take
     if track_by is not None:
-        assert policy.renewal is not None  # checked above
-        policy.renewal = replace(policy.renewal, track_by=track_by)
+        changes["track_by"] = track_by
     if lazy:
-        policy.lazy_fail = True
+        changes["lazy_fail"] = True
     if fetch_next is not None:
-        policy.fetch_next = fetch_next == "on"
-    return policy
+        changes["fetch_next"] = fetch_next == "on"
+    return replace(policy, **changes)
 
 
 def lease_policies(args: argparse.Namespace) -> list[ReclaimPolicy]:
@@ -226,6 +224,13 @@ def policy_overrides(args: argparse.Namespace, flags: tuple[str, ...] = POLICY_F
 
 
 def single_policy(args: argparse.Namespace) -> ReclaimPolicy:
+    if isinstance(getattr(args, "policy", None), ReclaimPolicy):  # a user's detector, built from its file
+        for flag in ("preset", "lease", "beat", "scan", "timeout"):
+            if getattr(args, flag, None) is not None:
+                fail(
+                    f"--{flag}", "a detector takes its own settings: --policy 'FILE.py:Class(beat=2, scan=1)'"
+                )
+        return args.policy
     if args.preset:
         chosen = PRESETS[args.preset]
         overrides = {

@@ -69,10 +69,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.duration is not None:  # measured or fitted job lengths in every scenario of the sweep
         scenarios = [s.with_(duration=args.duration) for s in scenarios]
     scenarios = [with_fault_flags(s, args) for s in scenarios]
+    chosen = args.policy  # lease, timeout, a user's detector (built from its file), or None: both
+    if isinstance(chosen, ReclaimPolicy):
+        config_policy = chosen  # a detector replaces the file's table, as --preset does
+        for flag in ("preset", "lease", "beat"):
+            if getattr(args, flag):
+                fail(
+                    f"--{flag}", "a detector takes its own settings: --policy 'FILE.py:Class(beat=2, scan=1)'"
+                )
     use_config_policy = config_policy is not None and not args.preset  # a --preset replaces the table
     check_sweep_work(args, scenarios, config_policy if use_config_policy else None)
     policies: list[ReclaimPolicy]
-    if use_config_policy:
+    if isinstance(chosen, ReclaimPolicy):
+        policies = [chosen] + ([] if args.timeout is None else timeout_policies(args))
+    elif chosen is not None:
+        policies = lease_policies(args) if chosen == "lease" else timeout_policies(args)
+    elif use_config_policy:
         # --lease, --beat and --scan given explicitly win over the file's [policy] settings, value by value
         policies = load_policies(args.config, policy_overrides(args, ("lease", "beat", "scan")))[1]
         policies += timeout_policies(args)
@@ -167,7 +179,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(to_json([row], version=__version__, seed=args.seed, replications=args.replications))
         return 0
-    print(f"{scenario.name} under {policy!r}")
+    print(wrap(f"{scenario.name} under {policy!r}", 0, TABLE_WIDTH - 2).replace("\n", "\n  "))  # every option
     print(f"{args.replications} replication(s), seed {args.seed}; 95% CIs over replications", end="")
     print(" (none with one replication)" if args.replications < 2 else "")
     print(run_report(row))
@@ -240,13 +252,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_timeline(args: argparse.Namespace) -> int:
     from emqsim.engine import simulate
 
-    if args.config:
+    config_policy = None
+    if args.config:  # the file's [policy] too (a detector it names), flags given winning, as in `run`
         from emqsim.config import load_config
 
-        scenario = load_config(args.config)[0]
+        scenario, config_policy = load_config(args.config, policy_overrides(args))
     else:
         scenario = standard(args.scenario)
-    policy = single_policy(args)
+    policy = config_policy or single_policy(args)
     settings = policy.settings()
     check_work(
         args, commands_per_run(scenario, settings["beat"], settings["scan"] or 5.0), "this timeline's run"

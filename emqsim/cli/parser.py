@@ -9,12 +9,14 @@ from typing import Any, NoReturn
 from emqsim.cli.argtypes import (
     CONFIG_HELP,
     MAX_COUNT,
+    POLICY_HELP,
     add_policy_flags,
     config_file,
     distribution,
     existing_file,
     missing_extra,
     output_path,
+    policy_choice,
     probability,
     rate,
     scenario_name,
@@ -231,6 +233,13 @@ def build_parser() -> Parser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_policy_flags(p, gridded=True)
+    p.add_argument(
+        "--policy",
+        type=policy_choice,
+        metavar="POLICY",
+        help=POLICY_HELP
+        + "; lease: the lease grid only, timeout: the timeouts only, a detector: it (and the timeouts of --timeout)",
+    )
     p.add_argument("--scenario", type=scenario_name, action="append", help="repeatable (default: all five)")
     p.add_argument("--config", type=config_file, help=CONFIG_HELP)
     p.add_argument("--replications", type=whole(1, MAX_COUNT), default=30, help="runs per cell (default 30)")
@@ -267,7 +276,7 @@ def build_parser() -> Parser:
         "--scenario", type=scenario_name, default="production", help="standard scenario to start from"
     )
     p.add_argument("--config", type=config_file, help=CONFIG_HELP)
-    p.add_argument("--policy", choices=("lease", "timeout"), help="detector to run (default lease)")
+    p.add_argument("--policy", type=policy_choice, metavar="POLICY", help=POLICY_HELP)
     add_policy_flags(p, gridded=False)
     knobs = p.add_argument_group("scenario knobs")
     knobs.add_argument("--workers", type=whole(1, MAX_COUNT), help="worker processes")
@@ -325,7 +334,7 @@ def build_parser() -> Parser:
         "--scenario", type=scenario_name, default="fast-dead", help="standard scenario (default fast-dead)"
     )
     p.add_argument("--config", type=config_file, help=CONFIG_HELP)
-    p.add_argument("--policy", choices=("lease", "timeout"), help="detector to run (default lease)")
+    p.add_argument("--policy", type=policy_choice, metavar="POLICY", help=POLICY_HELP)
     add_policy_flags(p, gridded=False)
     p.add_argument(
         "--out",

@@ -76,7 +76,8 @@ def settings_text(row: dict[str, Any]) -> str:
     if row.get("timeout") is not None:
         return f"{row['policy']} T={row['timeout']:g} S={row['scan']:g}"
     beat = f" B={row['beat']:g}" if row.get("beat") is not None else ""
-    return f"{row['policy']} L={row['lease']:g}{beat} S={row['scan']:g}"
+    lease = f" L={row['lease']:g}" if row.get("lease") is not None else ""  # a detector has none
+    return f"{row['policy']}{lease}{beat} S={row['scan']:g}"
 
 
 def is_bound(row: dict[str, Any], key: str) -> bool:
@@ -228,6 +229,7 @@ def paired_text(d: dict[str, Any], unit: str) -> str:
 def print_paired(result, cells) -> None:
     """Per scenario: the lease minus the seed's 10-minute timeout, paired on the same seeds, with 95% CIs."""
     lines = []
+    side = "lease"
     by_scenario: dict[str, dict[str, int]] = {}
     for index, cell in enumerate(cells):
         if not result.summaries[index]:
@@ -238,6 +240,8 @@ def print_paired(result, cells) -> None:
         )
         if key and key not in by_scenario.setdefault(cell.scenario.name, {}):
             by_scenario[cell.scenario.name][key] = index
+            if key == "lease" and settings["lease"] is None:  # a detector: said by its name
+                side = str(settings["policy"])
     name_width = max((len(n) for n in by_scenario), default=0)
     label_width = max(len(label) for _, label, _ in PAIRED_METRICS)
     for name, pair in by_scenario.items():
@@ -252,7 +256,7 @@ def print_paired(result, cells) -> None:
             lines.append(f"  {head.ljust(name_width)}  {label.ljust(label_width)}  {paired_text(d, unit)}")
             first = False
     if lines:
-        print("\nlease minus the 600 s timeout, paired on the same seeds (95% CI):\n" + "\n".join(lines))
+        print(f"\n{side} minus the 600 s timeout, paired on the same seeds (95% CI):\n" + "\n".join(lines))
         if any("  <=" in line or "  >=" in line for line in lines):
             print("  (<= / >=: some crashes were still undetected at the horizon, so only one end is known)")
 

@@ -185,7 +185,7 @@ def build_run(self: RunFacts, end: float, ended_by: str) -> Run:
             counts[kind] = counts.get(kind, 0) + 1
     return Run(
         scenario=self.scenario.name,
-        policy={**self.policy.settings(), "mode": "live", "time_scale": self.scale},
+        policy={**self.policy.table_settings(), "mode": "live", "time_scale": self.scale},
         seed=self.seed,
         replication=self.replication,
         end=s(end),
