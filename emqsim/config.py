@@ -46,8 +46,9 @@ from emqsim.user_code import load_detector, looks_like_detector, parse_detector
 # each key's kind comes from the field's type hint (so a new option is a dataclass field and nothing else).
 # Kinds: str, bool, "count" (whole number >= 1: an int field with a default >= 1), "index" (whole number >= 0:
 # any other int), "seconds" (a number within the simulator's clock: a float), "dist" (seconds or a
-# distribution like 'exp:60': a Distribution), "rate" (> 0 per second) and "hourly" (>= 0 per worker-hour:
-# floats named in FLOAT_KINDS or ending in "_rate"), "probability", "array" (of tables), "table". TOML is
+# distribution like 'exp:60': a Distribution), "rate" (> 0 per second), "per second" (>= 0), "hourly" (>= 0
+# per worker-hour: floats ending in "_rate"), "seconds or inf", "probability" (floats named in FLOAT_KINDS are
+# not seconds), "array" (of tables), "table". TOML is
 # typed: "no" is a string, not false; 1.5 is not a count. A field typed `X | None` whose default is not None
 # takes the string "none" for None (a max_stalled that never fails a job, a crash that is never restarted).
 FAULT_KINDS: dict[str, type] = {
@@ -58,8 +59,11 @@ POLICY_KINDS: dict[str, type] = {"lease": LeasePolicy, "timeout": TimeoutPolicy}
 TABLE_TYPES: dict[str, type] = {
     "random_faults": RandomFaults, "network": Network, "renewal": RenewalRule,
 }  # fmt: skip
-# floats that are not seconds (a memory pressure's cache writes `cache_rate` keys a second)
-FLOAT_KINDS = {"arrival_rate": "rate", "loss": "probability", "cache_rate": "rate"}
+# floats that are not seconds: a memory pressure's cache writes `cache_rate` keys a second (0: no cache); an
+# outage's `readonly` may be inf (the clients never leave the demoted primary)
+FLOAT_KINDS = {
+    "arrival_rate": "rate", "loss": "probability", "cache_rate": "per second", "readonly": "seconds or inf",
+}  # fmt: skip
 ALIASES = {"take": "take_mode"}  # older spellings of [policy] keys, still read
 NONE = "none"
 
@@ -246,6 +250,14 @@ def _check_type(value: Any, kind: Any, name: str, where: _Located) -> None:
             raise where.error(name, f"must be a whole number >= {low}, got {value!r}")
         if value > MAX_COUNT:
             raise where.error(name, f"must be at most {MAX_COUNT:,}, got {value!r}")
+    elif kind == "seconds or inf":
+        if not _is_number(value) or math.isnan(value) or value < 0:
+            raise where.error(name, f"must be a number of seconds >= 0, or inf, got {value!r}")
+        if math.isfinite(value) and value > MAX_SECONDS:
+            raise where.error(
+                name,
+                f"{value:g} s is beyond the simulator's clock: at most {MAX_SECONDS:g} s, or inf for never",
+            )
     elif kind == "seconds":
         if not _is_number(value) or not math.isfinite(value) or value < 0:
             raise where.error(name, f"must be a number of seconds >= 0, got {value!r}")
@@ -257,13 +269,13 @@ def _check_type(value: Any, kind: Any, name: str, where: _Located) -> None:
     elif kind == "dist":
         if not (_is_number(value) or isinstance(value, str)):
             raise where.error(name, f"expected seconds or a distribution like 'exp:60', got {value!r}")
-    elif kind in ("rate", "hourly"):
-        per = "per second" if kind == "rate" else "per worker-hour"
+    elif kind in ("rate", "hourly", "per second"):
+        per = "per worker-hour" if kind == "hourly" else "per second"
         if not _is_number(value) or not math.isfinite(value) or value < 0 or (kind == "rate" and value == 0):
             raise where.error(
                 name, f"must be a number {'> 0' if kind == 'rate' else '>= 0'} {per}, got {value!r}"
             )
-        scale = 1.0 if kind == "rate" else 3600.0
+        scale = 3600.0 if kind == "hourly" else 1.0
         if value and scale / value > MAX_SECONDS:
             raise where.error(
                 name, f"{value:g} {per} makes gaps beyond the simulator's clock; use a larger rate"
@@ -358,7 +370,11 @@ def _fault(table: Any, name: str, where: _Located) -> Any:
     for key in table:
         if key in own:
             continue
-        owners = [k for k, t in FAULT_KINDS.items() if key in table_keys(t)]
+        # a kind whose type extends another owner's (a partition is an outage) is not named again
+        types = {k: t for k, t in FAULT_KINDS.items() if key in table_keys(t)}
+        owners = [
+            k for k, t in types.items() if not any(t is not u and issubclass(t, u) for u in types.values())
+        ]
         hint = FAULT_HINTS.get((kind, key))
         if hint is None and len(owners) == 1:
             hint = f"only {_a(owners[0])} has {key}"

@@ -7,6 +7,8 @@ before it reads the reply holds a lock it does not renew. Checked against the cl
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from emqsim import LeasePolicy, simulate, standard
@@ -19,8 +21,7 @@ from emqsim.summaries import simulate_summary
 def _bullmq(fetch_next: bool) -> LeasePolicy:
     policy = preset("bullmq")
     assert isinstance(policy, LeasePolicy)
-    policy.fetch_next = fetch_next
-    return policy
+    return dataclasses.replace(policy, fetch_next=fetch_next)
 
 
 def test_the_bullmq_preset_fetches_next_and_a_plain_lease_does_not() -> None:

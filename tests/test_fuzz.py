@@ -325,6 +325,8 @@ WRONG_BY_KIND: dict[Any, list[Any]] = {
     "dist": [True, [1, 2], {"a": 1}, "bogus:1", "exp:-1", 1e20, -5],
     "rate": [0, -1, "fast", True, math.inf, 1e-300],
     "hourly": [-1, "x", True, math.nan, 1e-300],
+    "per second": [-1, "x", True, math.nan, math.inf, 1e-300],
+    "seconds or inf": ["30s", True, -1, math.nan, -math.inf, 1e20, [30]],
     "probability": [1, 1.5, -0.1, "x", True],
     "array": [5, "x", {"a": 1}],
     "table": [5, "x", [1]],
@@ -423,7 +425,7 @@ def _is_wrong_type(kind: Any, value: Any) -> bool:
         return not isinstance(value, bool)
     if kind in ("count", "index"):
         return isinstance(value, bool) or not isinstance(value, int)
-    if kind in ("seconds", "rate", "hourly", "probability"):
+    if kind in ("seconds", "seconds or inf", "rate", "hourly", "per second", "probability"):
         return not number
     if kind == "dist":
         return not (number or isinstance(value, str))

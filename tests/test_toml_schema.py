@@ -14,7 +14,17 @@ import pytest
 from emqsim.config import KEY_TYPES, RENEWAL_KEYS, load_config, to_toml
 from emqsim.distributions import Empirical, Exponential, Fixed, LogNormal, Uniform
 from emqsim.errors import ConfigError
-from emqsim.faults import Block, ChildCrash, Crash, Freeze, Network, Outage, RandomFaults
+from emqsim.faults import (
+    Block,
+    ChildCrash,
+    Crash,
+    Freeze,
+    MemoryPressure,
+    Network,
+    Outage,
+    Partition,
+    RandomFaults,
+)
 from emqsim.policies import LeasePolicy, RenewalRule, TimeoutPolicy
 from emqsim.presets import PRESETS, preset
 from emqsim.scenario import STANDARD, Scenario, standard
@@ -30,6 +40,12 @@ FAULTS = (
     Outage(at=10.0, duration=2.0, worker=1),
     Outage(at=11.0, duration=3.0, lost_writes=0.5),
     Outage(at=20.0, duration=4.0, redis_restart=True),
+    Outage(at=30.0, duration=1.0, recovers=False),
+    Outage(at=40.0, duration=2.0, lost_writes=0.25, readonly=3.5),
+    Partition(at=50.0, duration=5.0, worker=0, give_up=60.0, connect_timeout=2.0, retransmit=False),
+    MemoryPressure(
+        maxmemory=2_000_000, policy="allkeys-lfu", samples=10, cache_rate=5.0, cache_bytes=500, cache_ttl=60.0
+    ),
     ChildCrash(job=1, after=0.75),
 )
 SCENARIOS = (
@@ -40,8 +56,10 @@ SCENARIOS = (
             crash_rate=1.5, restart_after=None, freeze_rate=2.0, freeze_duration=Uniform(0.1, 0.2),
             block_rate=0.5, block_duration=Fixed(0.3), outage_rate=0.25, outage_duration=Exponential(2.0),
         ),
-        network=Network(rtt=LogNormal(0.003, 0.4), loss=0.125, loss_on="all", command_timeout=2.0),
-        phases="aligned", horizon=900.0, hz=20, queue="mail", remove_on_complete=True,
+        network=Network(
+            rtt=LogNormal(0.003, 0.4), loss=0.125, loss_on="all", command_timeout=2.0, resend_twice=True
+        ),
+        phases="aligned", horizon=900.0, hz=20, queue="mail", remove_on_complete=True, attempts=3,
     ),
     Scenario(random_faults=RandomFaults(restart_after=7.0)),
     *(standard(name) for name in STANDARD),
@@ -49,7 +67,7 @@ SCENARIOS = (
 POLICIES = (
     LeasePolicy(
         12.0, 3.0, 2.0, two_phase=False, max_stalled=None, swept_by="reaper", name="mine",
-        take_mode="after-wakeup", drain_delay=1.5, lazy_fail=True, track_by="job",
+        take_mode="after-wakeup", drain_delay=1.5, lazy_fail=True, track_by="job", fetch_next=True,
         renewal=RenewalRule(2500, 1000, strict=False, after_reply=False, per_job=True, recreate_missing=True),
     ),
     LeasePolicy(20, 5, 1, max_stalled=3),
