@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from emqsim.client import DEAD, Reaper
 from emqsim.errors import require_instance, require_whole
 from emqsim.faults import (
     NEVER_MS,
@@ -44,7 +45,7 @@ from emqsim.seeds import stream
 from emqsim.server import Server, TieBreak
 from emqsim.store.eviction import Eviction
 from emqsim.units import to_ms, to_ms_array
-from emqsim.worker import DEAD, Reaper, Worker
+from emqsim.worker import Worker
 
 HOUR_MS = 3_600_000
 

@@ -1,6 +1,6 @@
 """The engine's event elision (issue 27) changes no result: every run with it equals the run without it.
 
-`emqsim.worker._ELISION` is the private switch: on, the stalled-check timers (and the lock managers) run as
+`emqsim.client._ELISION` is the private switch: on, the stalled-check timers (and the lock managers) run as
 callbacks on light queue entries (`emqsim._simpy_fast.Tick`) instead of SimPy processes; off, they run as the
 plain processes they stand for. Both must give the same `Run.digest()` (every record), the same request and
 Redis command counters, and the same final clock, on random scenarios with every kind of fault.
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emqsim import LeasePolicy, Network, Simulation, TimeoutPolicy, standard, worker
+from emqsim import LeasePolicy, Network, Simulation, TimeoutPolicy, client, standard
 from emqsim.distributions import Fixed
 from emqsim.presets import preset
 from emqsim.scenario import STANDARD
@@ -22,8 +22,8 @@ from tests.test_invariants import leases, scenarios, timeouts
 
 def _run(elide: bool, scenario, policy, seed, **options):
     """The run and the (time, priority, id) of every queue entry SimPy processed, in order."""
-    saved = worker._ELISION
-    worker._ELISION = elide
+    saved = client._ELISION
+    client._ELISION = elide
     try:
         sim = Simulation(scenario, policy, seed=seed, **options)
         env = sim.env
@@ -37,7 +37,7 @@ def _run(elide: bool, scenario, policy, seed, **options):
         env.step = logged_step  # type: ignore[method-assign]
         return sim.run(), order
     finally:
-        worker._ELISION = saved
+        client._ELISION = saved
 
 
 def assert_same(scenario, policy, seed, **options):
