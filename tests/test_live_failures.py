@@ -122,3 +122,21 @@ def test_ctrl_c_or_sigterm_mid_run_ends_in_one_line_and_leaves_nothing(
     proc.send_signal(signum)
     code, word = (143, "terminated") if signum == signal.SIGTERM else (130, "interrupted")
     assert ended_in_one_line_leaving_nothing(proc, family, tmp_path, code) == f"emqsim: {word}"
+
+
+def test_a_write_redis_refuses_is_one_line_with_redis_s_words(need_redis, capsys):
+    """A worker whose command Redis refuses (here READONLY: the server is a replica, as a demoted primary is
+    after a failover; under maxmemory it would be OOM) ends the run with one line that says what Redis said,
+    not a bare "worker N failed"."""
+    from emqsim.cli import main
+    from emqsim.live.server import PrivateRedis
+
+    server = PrivateRedis().start()
+    try:
+        server.client().execute_command("REPLICAOF", "127.0.0.1", "1")  # read-only from now on
+        code = main(["live", "--scenario", "fast-dead", "--redis", server.url])
+    finally:
+        server.stop()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and len(err) == 1, err
+    assert "Redis refused its command" in err[0] and "read only replica" in err[0], err

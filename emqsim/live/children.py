@@ -224,6 +224,7 @@ class ChildProcesses:
     def read_from(self: ChildHost, proc: Proc, final: bool = False) -> None:
         stream_ = proc.popen.stdout
         assert stream_ is not None
+        ended = False
         while True:
             try:
                 chunk = os.read(stream_.fileno(), 65536)
@@ -235,24 +236,30 @@ class ChildProcesses:
                 with contextlib.suppress(KeyError, ValueError):
                     self.selector.unregister(stream_)
                 proc.open_eof = False
-                if proc.state != "dead" and not self.stopping and not final:
-                    proc.popen.wait()
-                    raise RuntimeError(
-                        f"a {proc.role} process exited unexpectedly ({proc.popen.returncode}):\n"
-                        + self.log_tail(proc)
-                    )
+                ended = True
                 break
             proc.buffer += chunk
         *lines, proc.buffer = proc.buffer.split(b"\n")
-        for raw in lines:
+        for raw in lines:  # first what it said before it ended (an "error" event says why)
             if raw.strip():
                 self.on_event(proc, json.loads(raw))
+        if ended and proc.state != "dead" and not self.stopping and not final:
+            proc.popen.wait()
+            raise RuntimeError(
+                f"a {proc.role} process exited unexpectedly ({proc.popen.returncode}):\n"
+                + self.log_tail(proc)
+            )
         if final:
             proc.buffer = b""  # a half line from a killed process is dropped
 
     def on_event(self: ChildHost, proc: Proc, ev: dict[str, Any]) -> None:
         kind = ev["e"]
         if kind == "error":
+            refused = ev.get("refused")
+            if refused:  # Redis refused the command (READONLY, OOM, ...): say what Redis said
+                raise RuntimeError(
+                    f"{proc.role} {proc.wid} failed: Redis refused its command: {refused}\n{ev['msg']}"
+                )
             raise RuntimeError(f"{proc.role} {proc.wid} failed:\n{ev['msg']}")
         if kind == "ready":
             proc.ready = True

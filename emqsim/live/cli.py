@@ -117,10 +117,12 @@ def main_live(args: argparse.Namespace) -> int:
             return 1
         except RuntimeError as exc:  # a process or the private server failed to start: its first line
             first = (str(exc).splitlines() or ["the live run failed"])[0].rstrip(":")
-            print(
-                f"emqsim live: error: {first} (run it again; if it persists, check redis-server)",
-                file=sys.stderr,
+            hint = (
+                "Redis refuses writes on a read-only replica and, under maxmemory, when nothing can be evicted"
+                if "Redis refused" in first
+                else "run it again; if it persists, check redis-server"
             )
+            print(f"emqsim live: error: {first} ({hint})", file=sys.stderr)
             return 1
     for w in caught:
         print(f"emqsim live: warning: {w.message}", file=sys.stderr)

@@ -435,10 +435,10 @@ class LiveWorker:
         def run(*args: Any) -> None:
             try:
                 fn(*args)
-            except BaseException:
+            except BaseException as exc:
                 if self.stopping.is_set():
                     return
-                self.emit("error", msg=traceback.format_exc(limit=5))
+                self.emit("error", msg=traceback.format_exc(limit=5), refused=redis_refusal(exc))
                 os._exit(3)
 
         return run
@@ -485,6 +485,14 @@ class LiveWorker:
         self.emit_counts()
         self.emit("bye")
         return 0
+
+
+def redis_refusal(exc: BaseException) -> str | None:
+    """Redis's own error text when it refused a command (READONLY on a demoted primary, OOM under maxmemory,
+    ...), for the parent to show in one line; None for any other failure."""
+    if not isinstance(exc, redis.ResponseError):
+        return None
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:200]
 
 
 def main() -> int:
