@@ -24,6 +24,29 @@ from emqsim.scenario import Scenario, standard
 
 SEED = 20240  # the lessons' seed: the explorer's runs are reproducible, like every other run in them
 
+# The summary fields the lessons' prose quotes, by short names: a renamed field in emqsim.stats is one edit here.
+FIELDS = {
+    "latency": "detection_latency_mean_s",
+    "latency_ci": "detection_latency_mean_s_ci",
+    "latency_min": "detection_latency_pooled_min_s",
+    "latency_max": "detection_latency_pooled_max_s",
+    "false_rate": "false_reclaims_per_job",
+    "detections": "detections_total",
+    "censored": "detection_latency_censored",
+}
+
+
+def field(row: Any, name: str) -> Any:
+    """`row`'s value of the summary field a lesson calls `name` (FIELDS)."""
+    return row[FIELDS[name]]
+
+
+def say(text: str) -> None:
+    """Show `text` as Markdown: the numbers quoted in a lesson's prose come from its run's output."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(text))
+
 
 def small_run(column: str, rule: str, *, lease: float, beat: float, timeout: float, freeze: float, loss: float,
               job: float) -> tuple[Scenario, ReclaimPolicy]:  # fmt: skip

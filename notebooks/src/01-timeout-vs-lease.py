@@ -38,28 +38,9 @@ pd.set_option("display.width", 160)
 pd.set_option("display.max_colwidth", 80)
 SEED = 20240  # every run below is reproducible: same seed, same run, bit for bit
 
-# The table fields the text below quotes, in one place: a renamed field in emqsim.stats is one edit here.
-FIELDS = {
-    "latency": "detection_latency_mean_s",
-    "latency_ci": "detection_latency_mean_s_ci",
-    "latency_min": "detection_latency_pooled_min_s",
-    "latency_max": "detection_latency_pooled_max_s",
-    "false_rate": "false_reclaims_per_job",
-    "detections": "detections_total",
-    "censored": "detection_latency_censored",
-}
-
-
-def field(row, name):
-    return row[FIELDS[name]]
-
-
-def say(text):
-    """Show `text` as Markdown: the numbers quoted in the prose come from this run's output."""
-    from IPython.display import Markdown, display
-
-    display(Markdown(text))
-
+# The summary fields the text below quotes, by short names (`field(row, "latency")`), and `say` for prose
+# whose numbers come from this run: both in emqsim/lesson_widgets.py, written once for every lesson.
+from emqsim.lesson_widgets import FIELDS, field, say  # noqa: E402, F401
 
 # %% [markdown]
 # ## The question
