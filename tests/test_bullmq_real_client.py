@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -252,8 +253,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 # -- emqsim's predictions ---------------------------------------------------------------------------------------
 def _policy(fetch_next: bool = True) -> Any:
     policy = preset("bullmq", lease=LOCK_MS / 1000, scan=STALLED_MS / 1000)
-    policy.fetch_next = fetch_next
-    return policy
+    return dataclasses.replace(policy, fetch_next=fetch_next)
 
 
 def predicted_fetch_loss(freeze: float, fetch_next: bool = True) -> float:

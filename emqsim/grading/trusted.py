@@ -536,33 +536,35 @@ class RemotePolicy(ReclaimPolicy):
         self._adopt(reply._ref)
 
     def _adopt(self, ref: int) -> None:
-        """Bind to the student's object `ref` and read the settings the engine uses, each checked."""
+        """Bind to the student's object `ref` and read the settings the engine uses, each checked. Set with
+        `object.__setattr__`: a student's class that extends a library policy has a frozen dataclass among its
+        bases."""
         channel = type(self)._channel
-        self._ref = ref
+        object.__setattr__(self, "_ref", ref)
         got = channel.request("attrs", ref=ref, names=list(_POLICY_ATTRS))
         if not isinstance(got, dict):
             raise RemoteError("the policy's settings are not readable")
         name = got.get("name")
-        self.name = name if isinstance(name, str) and len(name) <= 100 else "custom"
+        object.__setattr__(self, "name", name if isinstance(name, str) and len(name) <= 100 else "custom")
         renewal = got.get("renewal")
         if renewal is not None and not isinstance(renewal, RenewalRule):
             raise RemoteError("renewal must be a RenewalRule or None")
-        self.renewal = renewal
+        object.__setattr__(self, "renewal", renewal)
         interval = got.get("sweep_interval_ms")
         if type(interval) is not int or not 1 <= interval <= 10**9:
             raise RemoteError("sweep_interval_ms must be a whole number of ms between 1 and 10**9")
-        self.sweep_interval_ms = interval
+        object.__setattr__(self, "sweep_interval_ms", interval)
         if got.get("swept_by") not in ("reaper", "workers"):
             raise RemoteError('swept_by must be "reaper" or "workers"')
-        self.swept_by = got["swept_by"]
+        object.__setattr__(self, "swept_by", got["swept_by"])
         for flag in ("fenced", "take_after_wakeup", "lazy_fail"):
             if type(got.get(flag)) is not bool:
                 raise RemoteError(f"{flag} must be True or False")
-            setattr(self, flag, got[flag])
+            object.__setattr__(self, flag, got[flag])
         drain = got.get("drain_delay_ms")
         if type(drain) is not int or not 0 <= drain <= 10**9:
             raise RemoteError("drain_delay_ms must be a whole number of ms")
-        self.drain_delay_ms = drain
+        object.__setattr__(self, "drain_delay_ms", drain)
 
     @property
     def sweep_refused(self) -> Any:  # the engine's shortcut reads the policy's own state: not for remote ones
