@@ -169,6 +169,12 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
     if manager is not None:
         with contextlib.suppress(Exception):
             manager.join(timeout=5)
+        # On a loaded machine the thread may outlive that wait: take it off the exit hook's list, so the hook
+        # never writes to a pipe the thread is closing (the thread itself still ends on the end-of-file above).
+        with contextlib.suppress(Exception):
+            from concurrent.futures import process as futures_process
+
+            futures_process._threads_wakeups.pop(manager, None)  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager
