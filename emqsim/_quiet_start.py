@@ -1,12 +1,17 @@
 """A Ctrl-C while the `emqsim` program is still importing (numpy, SimPy, matplotlib: up to a second or more)
-prints one line, not a KeyboardInterrupt traceback from deep inside an import."""
+prints one line, not a KeyboardInterrupt traceback from deep inside an import.
+
+The handler goes in before anything slow: this module imports only what the interpreter has already loaded
+when it starts (`sys`, `os` and the built-in `_signal`; `signal.py` would import `enum`, `typing` takes tens of
+milliseconds on a busy machine), so the window where Python's own KeyboardInterrupt traceback can appear ends
+at the first line of emqsim's code. Before that line the interpreter is still starting (its own modules, `site`
+and `.pth` files, a console-script wrapper's `import re`): that part is Python's, not the program's."""
 
 from __future__ import annotations
 
+import _signal
 import os
-import signal
 import sys
-from typing import Any
 
 _PROGRAM_MODULES = ("emqsim", "emqsim.cli")
 
@@ -21,13 +26,13 @@ def is_the_program() -> bool:
     return bool(sys.argv) and os.path.basename(sys.argv[0]) == "emqsim"
 
 
-def _interrupted(signum: int, frame: Any) -> None:
-    word = "terminated" if signum == signal.SIGTERM else "interrupted"
+def _interrupted(signum: int, frame: object) -> None:
+    word = "terminated" if signum == _signal.SIGTERM else "interrupted"
     try:
         sys.stderr.write(f"emqsim: {word}\n")
         sys.stderr.flush()
     finally:
-        os._exit(143 if signum == signal.SIGTERM else 130)  # nothing has started: nothing to clean up
+        os._exit(143 if signum == _signal.SIGTERM else 130)  # nothing has started: nothing to clean up
 
 
 def quiet_interrupts_while_starting() -> None:
@@ -35,9 +40,9 @@ def quiet_interrupts_while_starting() -> None:
     (`emqsim.cli.main` does, before any work); elsewhere, nothing changes."""
     if not is_the_program():
         return
-    import threading
-
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            if signal.getsignal(signum) in (signal.default_int_handler, signal.SIG_DFL):
-                signal.signal(signum, _interrupted)
+    for signum in (_signal.SIGINT, _signal.SIGTERM):
+        try:
+            if _signal.getsignal(signum) in (_signal.default_int_handler, _signal.SIG_DFL):
+                _signal.signal(signum, _interrupted)
+        except ValueError:  # not the main thread: only the main thread sets handlers
+            return

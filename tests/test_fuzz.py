@@ -720,6 +720,27 @@ def test_an_interrupt_during_the_imports_is_one_line(how: list[str], signum: str
     assert (proc.returncode, err, out) == (143 if signum == "SIGTERM" else 130, f"emqsim: {word}\n", "")
 
 
+def test_the_quiet_interrupt_handler_goes_in_before_any_import() -> None:
+    """emqsim's first line installs the one-line Ctrl-C handler, and loading it imports nothing the interpreter
+    has not already loaded at start (`signal.py` imports `enum`, `typing` is slow): from the first line of
+    emqsim's code, no Ctrl-C can land inside an import of ours."""
+    code = (
+        "import sys, importlib.util\n"
+        "before = set(sys.modules)\n"
+        f"spec = importlib.util.spec_from_file_location('quiet', {str(ROOT / 'emqsim' / '_quiet_start.py')!r})\n"
+        "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+        "print(sorted(set(sys.modules) - before - {'importlib.util'}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout.strip(), proc.stderr) == (0, "[]", "")
+    first = next(
+        line
+        for line in (ROOT / "emqsim" / "__init__.py").read_text().splitlines()
+        if line.startswith(("import ", "from "))
+    )
+    assert first == "from emqsim._quiet_start import quiet_interrupts_while_starting"
+
+
 # -- issue 30: no traceback, no hang, no silent accept from the command line ---------------------------------------
 TOML_FILES = {
     "deep.toml": "a = " + "[" * 5000 + "]" * 5000 + "\n",
