@@ -9,7 +9,7 @@ and `.pth` files, a console-script wrapper's `import re`): that part is Python's
 
 from __future__ import annotations
 
-import _signal
+import _signal  # type: ignore[import-not-found]  # the built-in behind signal.py (no stubs)
 import os
 import sys
 
