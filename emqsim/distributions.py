@@ -110,9 +110,11 @@ class LogNormal:
     def survival(self, x: float) -> float:
         if self.sigma == 0:
             return 1.0 if self.median > x else 0.0
-        from scipy import stats  # imported on first use (slow to import)
+        if x <= 0:
+            return 1.0
+        from scipy import special  # what scipy.stats.lognorm's sf calls, without importing scipy.stats
 
-        return float(stats.lognorm(s=self.sigma, scale=self.median).sf(x))
+        return float(special.ndtr(-(np.log(x / self.median) / self.sigma)))
 
     def mean(self) -> float:
         return self.median * math.exp(self.sigma**2 / 2)

@@ -213,10 +213,28 @@ def _overlapping_attempts(attempts: Sequence[Attempt]) -> int:
 NAN3 = (math.nan, math.nan, math.nan)
 
 
+# The quantiles come from scipy.special, the functions scipy.stats' distributions call (t.ppf is stdtrit,
+# norm.ppf ndtri, chi2.ppf 2 gammaincinv(df/2, p); tests/test_stats.py checks they give the same floats):
+# importing scipy.stats takes about a second, most of a command's or a graded notebook's start-up.
 def _t(level: float, df: int) -> float:
-    from scipy import stats as st  # imported on first use: it costs most of the CLI's start-up
+    """The two-sided Student-t quantile for `level` on `df` degrees of freedom (`scipy.stats.t.ppf`)."""
+    from scipy import special
 
-    return float(st.t.ppf((1 + level) / 2, df))
+    return float(special.stdtrit(df, (1 + level) / 2))
+
+
+def _z(level: float) -> float:
+    """The two-sided normal quantile for `level` (`scipy.stats.norm.ppf`)."""
+    from scipy import special
+
+    return float(special.ndtri((1 + level) / 2))
+
+
+def _chi2_ppf(p: float, df: float) -> float:
+    """The chi-squared quantile (`scipy.stats.chi2.ppf`, for 0 < p < 1 and df > 0)."""
+    from scipy import special
+
+    return float(2 * special.gammaincinv(df / 2, p))
 
 
 def mean_ci(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:
@@ -264,9 +282,7 @@ def wilson_ci(successes: int, trials: int, level: float = LEVEL) -> tuple[float,
     `cluster_rate_ci`)."""
     if trials == 0:
         return NAN3
-    from scipy import stats as st
-
-    z = float(st.norm.ppf((1 + level) / 2))
+    z = _z(level)
     p = successes / trials
     denom = 1 + z * z / trials
     centre = (p + z * z / (2 * trials)) / denom
@@ -282,10 +298,8 @@ def poisson_rate_ci(count: float, exposure: float, level: float = LEVEL) -> tupl
     if exposure <= 0:
         return NAN3
     alpha = 1 - level
-    from scipy import stats as st
-
-    lo = 0.0 if count == 0 else float(st.chi2.ppf(alpha / 2, 2 * count)) / 2
-    hi = float(st.chi2.ppf(1 - alpha / 2, 2 * count + 2)) / 2
+    lo = 0.0 if count == 0 else _chi2_ppf(alpha / 2, 2 * count) / 2
+    hi = _chi2_ppf(1 - alpha / 2, 2 * count + 2) / 2
     return (count / exposure, lo / exposure, hi / exposure)
 
 
@@ -347,9 +361,7 @@ def cluster_rate_ci(
     x, n = x[keep], n[keep]
     expected = rate * n
     phi = float(((x - expected) ** 2 / expected).sum()) / (r - 1)
-    from scipy import stats as st
-
-    phi = max(phi, 1.0) * (_t(level, r - 1) / float(st.norm.ppf((1 + level) / 2))) ** 2
+    phi = max(phi, 1.0) * (_t(level, r - 1) / _z(level)) ** 2
     _, lo, hi = poisson_rate_ci(total / phi, exposure / phi, level)
     return (rate, lo, hi)
 

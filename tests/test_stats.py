@@ -288,3 +288,26 @@ def test_per_job_rates_divide_by_the_jobs_that_arrived_before_the_horizon():
 def test_a_run_with_every_job_arrived_has_jobs_arrived_equal_to_jobs():
     s = simulate_summary(standard("fast-dead"), LeasePolicy(30, 10), seed=0)
     assert s.jobs_arrived == s.jobs
+
+
+def test_quantiles_from_scipy_special_are_scipy_stats_own() -> None:
+    """emqsim's intervals take their quantiles from scipy.special (importing scipy.stats costs about a second of
+    every command's and graded notebook's start-up): the same floats scipy.stats gives, bit for bit."""
+    from scipy import stats as st
+
+    from emqsim import stats as S
+    from emqsim.distributions import LogNormal
+
+    rng = np.random.default_rng(1)
+    for level in (0.5, 0.8, 0.9, 0.95, 0.99, 0.999):
+        assert S._z(level) == float(st.norm.ppf((1 + level) / 2))
+        for df in [*range(1, 200), 500, 1000, 10**5]:
+            assert S._t(level, df) == float(st.t.ppf((1 + level) / 2, df)), (level, df)
+    for p in [*rng.uniform(1e-6, 1 - 1e-6, 100), 0.025, 0.975, 0.005, 0.995]:
+        for df in [*rng.uniform(0.01, 200, 10), 2, 4, 2.5, 100]:
+            assert S._chi2_ppf(p, df) == float(st.chi2.ppf(p, df)), (p, df)
+    for median in (0.5, 3, 60, 300):
+        for sigma in (0.1, 0.5, 1, 2):
+            for x in [*rng.uniform(0, 2000, 50), 0, -1, median]:
+                got = LogNormal(median, sigma).survival(x)
+                assert got == float(st.lognorm(s=sigma, scale=median).sf(x)), (median, sigma, x)
