@@ -5,6 +5,8 @@ grader's objects, and the static own-work check that reads the answer cells."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 from fractions import Fraction
 from pathlib import Path
@@ -18,6 +20,8 @@ from emqsim.grading.checks import run_trusted_checks, trusted_context
 from emqsim.grading.trusted import Channel, RemoteError, RemoteFunction, RemotePolicy
 from emqsim.grading.wire import MAX_INT_BITS, WireError, check_shape
 from emqsim.protocol import SweepReply
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _channel() -> Channel:
@@ -227,3 +231,28 @@ def test_reading_a_classs_annotations_is_not_taken_for_tampering():
         assert "Distribution" in (_changed(snap) or "")
     finally:
         del Distribution.forged  # type: ignore[attr-defined]
+
+
+def test_reading_a_notebook_puts_off_the_iri_grammar_and_keeps_its_checks() -> None:
+    """Reading a notebook does not build rfc3987_syntax's grammar (about 2 s of CPU per grading process), and
+    jsonschema's `iri` format checks still give the real answers once something asks for them."""
+    notebook = ROOT / "notebooks" / "assignments" / "01-detection-latency.ipynb"
+    read = f"import sys\nfrom emqsim.grading.notebooks import _read\n_read({str(notebook)!r})\n"
+    seen = "print('rfc3987_syntax.syntax_helpers' in sys.modules)\n"
+    check = (
+        "from jsonschema import FormatChecker\n"
+        "checker = FormatChecker()\n"
+        "cases = [('http://a/b?c#d', 'iri'), ('http://[x', 'iri'), ('a b', 'iri-reference'), ('../x', 'iri-reference')]\n"
+        "print([checker.conforms(value, form) for value, form in cases])\n"
+    )
+
+    def run(code: str) -> list[str]:
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.splitlines()
+
+    deferred, answers = run(read + seen + check)
+    assert deferred == "False"
+    assert answers == run(check)[0] == "[True, False, False, True]"  # as without the stand-in

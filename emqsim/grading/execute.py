@@ -17,7 +17,7 @@ from typing import Any
 
 from emqsim.errors import ConfigError
 from emqsim.grading.checker import _kill_group
-from emqsim.grading.notebooks import KERNEL_START_TRIES
+from emqsim.grading.notebooks import KERNEL_START_TRIES, defer_iri_grammar
 from emqsim.grading.report import _one_line
 from emqsim.grading.sandbox import _accept, _descendants, _limit_resources, _socket_folder, kill_tree
 
@@ -31,6 +31,7 @@ def _execute(
 ) -> tuple[dict[int, str], str | None]:
     """Run every cell in a fresh python3 kernel started in `folder`; errors do not stop the run. Returns the
     reply error of each cell that failed without an error output (timeouts), and why the run stopped early."""
+    defer_iri_grammar()
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
 
@@ -102,6 +103,7 @@ def _execute(
 def _execute_main() -> None:
     """The executing process `grade` starts: adopt orphans, limit resources, run the notebook, write it back,
     kill every process the notebook left behind."""
+    defer_iri_grammar()
     import nbformat
 
     request = json.loads(Path(sys.argv[1]).read_text())
@@ -141,6 +143,7 @@ def _execute_isolated(
     `serve`, the kernel ends by connecting to a socket of ours; `serve(connection, deadline, interrupt)` then runs here,
     in this process, while the kernel answers it. Returns the executed notebook, the cells' reply errors, why
     the run stopped early, and what `serve` returned (None if the kernel never connected)."""
+    defer_iri_grammar()
     import nbformat
 
     with tempfile.TemporaryDirectory(prefix="emqsim-run-") as private, contextlib.ExitStack() as cleanup:

@@ -14,7 +14,15 @@ from typing import Any
 from emqsim.errors import ConfigError
 from emqsim.grading.answers import student_id
 from emqsim.grading.execute import _execute_isolated
-from emqsim.grading.notebooks import _meta, _read, is_autograded, is_grade, is_solution, is_task
+from emqsim.grading.notebooks import (
+    _meta,
+    _read,
+    defer_iri_grammar,
+    is_autograded,
+    is_grade,
+    is_solution,
+    is_task,
+)
 from emqsim.grading.report import CellGrade, GradeReport, _error_of, _one_line, _partial
 from emqsim.grading.sandbox import GRADE_TIME_LIMIT, _copy_folder, _not_traceable, sandbox_env
 from emqsim.grading.sources import _check_call, restore_from_source, shell_command
@@ -35,6 +43,7 @@ def grade(
     source notebook, whose locked and test cells (hidden tests included) replace the submission's, as
     nbgrader's autograde does; the checks come from it. `student`: the id the per-student seeds derive from
     (default: nbgrader's `autograded/<id>/` folder, else see `student_id`)."""
+    defer_iri_grammar()
     import nbformat
 
     from emqsim.grading.checks import run_trusted_checks

@@ -4,7 +4,11 @@ nbgrader's checksums, and the student version of a source notebook."""
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.util
 import re
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +25,42 @@ KERNEL_START_TRIES = 3
 
 
 # -- reading ----------------------------------------------------------------------------------------------------
+def defer_iri_grammar() -> None:
+    """Put off building the IRI grammar that importing nbformat builds: call before the first import of nbformat
+    or nbclient in a process (every function here that reads or runs a notebook does).
+
+    nbformat validates with jsonschema, which imports `rfc3987_syntax` when it is installed (jupyter-events
+    asks for it), and that package builds its grammar's Earley parsers on import: about 2 s of CPU in every
+    process that reads a notebook (jsonschema issue 1428), most of a grading process's start. No notebook
+    schema uses the `iri` formats, so a stand-in takes the package's place: the same functions, which load the
+    real module the first time one is called."""
+    if "rfc3987_syntax" in sys.modules or "jsonschema" in sys.modules:
+        return
+    spec = importlib.util.find_spec("rfc3987_syntax")
+    if spec is None or spec.submodule_search_locations is None:
+        return
+
+    def real(name: str) -> Any:
+        helpers = importlib.import_module("rfc3987_syntax.syntax_helpers")  # the grammar is built here
+        try:
+            return getattr(helpers, name)
+        except AttributeError:
+            raise AttributeError(f"module 'rfc3987_syntax' has no attribute {name!r}") from None
+
+    def is_valid_syntax(term: str, value: str) -> Any:
+        return real("is_valid_syntax")(term, value)
+
+    stand_in = types.ModuleType("rfc3987_syntax", "rfc3987_syntax, loaded on first use (emqsim.grading)")
+    stand_in.__spec__ = spec
+    stand_in.__path__ = list(spec.submodule_search_locations)  # its submodules load from the real package
+    setattr(stand_in, "is_valid_syntax", is_valid_syntax)  # what jsonschema imports  # noqa: B010
+    setattr(stand_in, "__getattr__", real)  # any other name: the real one  # noqa: B010
+    sys.modules["rfc3987_syntax"] = stand_in
+
+
 def _read(path: Path | str) -> Any:
     """The notebook at `path` (nbformat v4), or a one-line ConfigError saying why it cannot be read."""
+    defer_iri_grammar()
     import nbformat
 
     path = Path(path)
@@ -146,6 +184,7 @@ def _checksum(cell: Any) -> None:
 def generate_student_version(src: Path, dst: Path) -> None:
     """Write the student version of the source notebook `src` to `dst`, as `nbgrader generate_assignment` does:
     solution regions replaced by stubs, hidden tests removed, outputs cleared, cells locked and checksummed."""
+    defer_iri_grammar()
     import nbformat
 
     src, dst = Path(src), Path(dst)
