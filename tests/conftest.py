@@ -184,3 +184,26 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.write_line(
             "the quick suite: slow tests were deselected; EMQSIM_SLOW=1 python -m pytest -q runs them too (CI does)"
         )
+
+
+# -- where the CPU goes --------------------------------------------------------------------------------------------
+CPU_REPORT_ENV = (
+    "EMQSIM_TEST_CPU"  # a file name: each test's CPU seconds (its own process and the children it
+)
+# waited for: kernels, servers, commands) are appended to it, one line per test, for keeping CI within its budget
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    target = os.environ.get(CPU_REPORT_ENV)
+    if not target:
+        yield
+        return
+    import time
+
+    before, start = os.times(), time.monotonic()
+    yield
+    after = os.times()
+    cpu = sum(b - a for a, b in zip(before[:4], after[:4], strict=True))
+    with open(target, "a", encoding="utf-8") as out:  # one short line per write: appends do not interleave
+        out.write(f"{cpu:.2f}\t{time.monotonic() - start:.2f}\t{item.nodeid}\n")
