@@ -205,5 +205,13 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     yield
     after = os.times()
     cpu = sum(b - a for a, b in zip(before[:4], after[:4], strict=True))
+    failed = "failed" if getattr(item, "_emqsim_failed", False) else "ok"
     with open(target, "a", encoding="utf-8") as out:  # one short line per write: appends do not interleave
-        out.write(f"{cpu:.2f}\t{time.monotonic() - start:.2f}\t{item.nodeid}\n")
+        out.write(f"{cpu:.2f}\t{time.monotonic() - start:.2f}\t{failed}\t{item.nodeid}\n")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    outcome = yield
+    if os.environ.get(CPU_REPORT_ENV) and outcome.get_result().failed:
+        item._emqsim_failed = True  # type: ignore[attr-defined]  # read by pytest_runtest_protocol above
