@@ -95,7 +95,9 @@ def installed(checkout, tmp_path_factory):
     venv = where / "venv"
     ok(sh([sys.executable, "-m", "venv", str(venv)], cwd=where))
     python = str(venv / "bin" / "python")
-    ok(sh([python, "-m", "pip", "install", "-q", str(checkout)], cwd=where))
+    # --no-compile: pip's byte-compiling of every installed file is half an install's CPU, and what these tests
+    # check does not depend on it (the README's own command, above, runs verbatim)
+    ok(sh([python, "-m", "pip", "install", "-q", "--no-compile", str(checkout)], cwd=where))
     return python, where, checkout
 
 
@@ -163,7 +165,7 @@ def test_extras_one_at_a_time(installed):
     python, where, checkout = installed
 
     def add(extra: str) -> None:
-        ok(sh([python, "-m", "pip", "install", "-q", f"{checkout}[{extra}]"], cwd=where))
+        ok(sh([python, "-m", "pip", "install", "-q", "--no-compile", f"{checkout}[{extra}]"], cwd=where))
 
     add("notebooks")  # first, so the notebooks extra alone must carry what the notebooks import
     notebooks = sorted((checkout / "notebooks").rglob("*.ipynb"))
