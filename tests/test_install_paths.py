@@ -37,9 +37,9 @@ IGNORE = shutil.ignore_patterns(
 
 
 def sh(command: str | list[str], cwd: Path, timeout: float = 900, **kw) -> subprocess.CompletedProcess:
-    # as on a user's machine: no venv, no PYTHONPATH, and pip's defaults (.ci/run sets PIP_NO_COMPILE for its own
+    # as on a user's machine: no venv, no PYTHONPATH, and pip's defaults (.ci/run sets PIP_COMPILE=0 for its own
     # install only)
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PIP_NO_COMPILE")}
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PIP_COMPILE")}
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if ".venv" not in p)
     return subprocess.run(
         command,
