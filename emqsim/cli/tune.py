@@ -17,6 +17,7 @@ from emqsim.cli.argtypes import (
     existing_file,
     grid,
     output_path,
+    policy_choice,
     probability,
     rate,
     seconds,
@@ -25,6 +26,7 @@ from emqsim.cli.argtypes import (
     whole,
 )
 from emqsim.errors import ConfigError
+from emqsim.policies import ReclaimPolicy
 from emqsim.tune import (
     Limits,
     SearchSpace,
@@ -183,6 +185,14 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--beat-ratio", type=ratios, help="lease/beat ratios to try (default 2,3,5)")
     s.add_argument("--scan", type=grid, help="sweep intervals to try (default 1,2,5,10,15,30)")
     s.add_argument("--timeout", type=timeouts, help="fixed timeouts to compare ('none' to skip)")
+    s.add_argument(
+        "--policy",
+        type=policy_choice,
+        metavar="FILE.py:Class",
+        help="also measure your detector, from its file (FILE.py:Class or 'FILE.py:Class(key=value, ...)', "
+        "parameters as literals; docs/policies.md): on the same seeds and limits, decided meets / fails / "
+        "undecided and reported beside the recommendation; no closed form prunes it and it is not tuned",
+    )
     s.add_argument("--min-replications", type=whole(2), help="replications every candidate gets (default 3)")
     s.add_argument(
         "--max-replications", type=whole(2), help="most replications of one candidate (default 30)"
@@ -290,7 +300,9 @@ def build_inputs(args: argparse.Namespace) -> tuple[Workload, Limits, SearchSpac
         raise ConfigError(f"wrong type of value ({exc})") from None
 
 
-def tune_commands(workload: Workload, space: SearchSpace, verify_max: int) -> float:
+def tune_commands(
+    workload: Workload, space: SearchSpace, verify_max: int, detector: ReclaimPolicy | None = None
+) -> float:
     """An upper estimate of the Redis commands a search simulates (as `run` and `sweep` estimate theirs):
     every candidate at its most replications, and the fresh-seed check of up to 3 settings. A run lasts
     until its jobs are done (they arrive at `workload.rate`; 10 mean durations allowed for the last) or the
@@ -302,6 +314,8 @@ def tune_commands(workload: Workload, space: SearchSpace, verify_max: int) -> fl
     span = min(workload.horizon, workload.jobs / workload.rate + last)
     scenario = workload.scenario().with_(horizon=max(span, 0.001))
     per_run = [commands_per_run(scenario, c.beat, c.scan) for c in build_candidates(space)]
+    if detector is not None:  # measured at up to max_replications too
+        per_run.append(commands_per_run(scenario, detector.settings()["beat"], detector.settings()["scan"]))
     return sum(per_run) * space.max_replications + 3 * verify_max * max(per_run, default=0.0)
 
 
@@ -312,12 +326,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from emqsim.stats import write_atomically
     from emqsim.tune import scenario_toml
 
+    if args.policy is not None and not isinstance(args.policy, ReclaimPolicy):
+        raise ConfigError(
+            "--policy: tune always searches the lease (and the timeouts of --timeout); give your detector as "
+            "FILE.py:Class to measure it beside them"
+        )
     workload, limits, space = build_inputs(args)
     verify_max = args.verify_max or 8 * args.verify
-    runs = len(build_candidates(space)) * space.max_replications + 3 * verify_max
+    candidates = len(build_candidates(space)) + (args.policy is not None)
+    runs = candidates * space.max_replications + 3 * verify_max
     check_work(
         args,
-        tune_commands(workload, space, verify_max),
+        tune_commands(workload, space, verify_max, args.policy),
         f"this search (up to {runs:,} runs)",
         "--workers, --jobs-per-run, --horizon, --max-replications or the grids",
     )
@@ -325,7 +345,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     say = (lambda msg: print(msg, file=sys.stderr)) if not args.quiet else None
     result = tune(
         workload, limits, space, seed=args.seed, jobs=jobs, verify=args.verify,
-        verify_max=args.verify_max,
+        verify_max=args.verify_max, detector=args.policy,
         progress=not args.quiet and sys.stderr.isatty(), say=say,
     )  # fmt: skip
     if args.json:

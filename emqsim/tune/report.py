@@ -230,6 +230,11 @@ def report(r: TuneResult, wide: bool = True) -> str:
         if t is not None
         else _prose(f"  none met the limits ({r.timeout.why_runner_up_lost})")
     )
+    mine = r.detector
+    if mine is not None:
+        verdict = f"fails: {mine.reason}" if mine.status == "fails" else mine.reason  # meets, or undecided
+        lines += ["", "your detector, on the same seeds and limits (not tuned; not a lease setting):"]
+        lines += [_table([row(mine)], header), _prose(f"  {verdict}")]
     lines += ["", "Pareto frontier (false reclaims, detection, Redis requests; simulated lease settings):"]
     lines.append(_table([row(c) for c in r.frontier()], header))
     lines += ["", "what would change the answer:"] + [_bullet(x) for x in r.what_would_change]
@@ -267,4 +272,5 @@ def to_json_dict(r: TuneResult) -> dict[str, Any]:
         "bullmq": bullmq_settings(best) if best else None,
         "toml": scenario_toml(r) if best else None,
         "candidates": [c.as_dict() for c in r.candidates],
+        "detector": r.detector.as_dict() if r.detector is not None else None,
     }
