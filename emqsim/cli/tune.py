@@ -210,6 +210,11 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
     )
     o = p.add_argument_group("output")
     o.add_argument("--jobs", type=whole(1), help="parallel processes (default: all cores; same answer)")
+    o.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="run on a Dask scheduler ('local' for a LocalCluster); the same answer as serial",
+    )
     o.add_argument("--seed", type=whole(0), default=0, help="root seed (default 0)")
     o.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     o.add_argument("--quiet", action="store_true", help="no progress")
@@ -320,7 +325,7 @@ def tune_commands(
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from emqsim.cli.work import check_work, clamp_jobs, usable_cores
+    from emqsim.cli.work import check_work, clamp_jobs, close_dask, dask_executor, usable_cores
     from emqsim.plots import savefig
     from emqsim.plots.tune import figure
     from emqsim.stats import write_atomically
@@ -341,13 +346,22 @@ def cmd_tune(args: argparse.Namespace) -> int:
         f"this search (up to {runs:,} runs)",
         "--workers, --jobs-per-run, --horizon, --max-replications or the grids",
     )
-    jobs = clamp_jobs(args.jobs) or usable_cores()
+    jobs = (clamp_jobs(args.jobs) if not args.dask else args.jobs) or usable_cores()
     say = (lambda msg: print(msg, file=sys.stderr)) if not args.quiet else None
-    result = tune(
-        workload, limits, space, seed=args.seed, jobs=jobs, verify=args.verify,
-        verify_max=args.verify_max, detector=args.policy,
-        progress=not args.quiet and sys.stderr.isatty(), say=say,
-    )  # fmt: skip
+    executor = client = None
+    if (
+        args.dask
+    ):  # the sweep's and explore's helper: a LocalCluster for 'local', else the scheduler's address
+        executor, client = dask_executor(args.dask)
+    try:
+        result = tune(
+            workload, limits, space, seed=args.seed, jobs=jobs, verify=args.verify,
+            verify_max=args.verify_max, detector=args.policy, executor=executor,
+            progress=not args.quiet and sys.stderr.isatty(), say=say,
+        )  # fmt: skip
+    finally:
+        if client is not None:
+            close_dask(client)
     if args.json:
         sys.stdout.write(json.dumps(to_json_dict(result), indent=2, allow_nan=False) + "\n")
     else:
