@@ -86,7 +86,10 @@ def test_explore_takes_a_detector_from_the_command_line(here, capsys):
 
 # -- compare ----------------------------------------------------------------------------------------------------
 def test_compare_runs_a_detector_as_a_third_rule(here, capsys):
-    code, out, err = run(["compare", "--replications", "2", "--quiet", "--policy", SPEC, "--json"], capsys)
+    code, out, err = run(
+        ["compare", "--replications", "2", "--slow-duration", "100", "--quiet", "--policy", SPEC, "--json"],
+        capsys,
+    )
     assert code == 0, err
     rows = json.loads(out)["rows"]
     assert [(r["world"], r["rule"]) for r in rows] == [
@@ -95,7 +98,9 @@ def test_compare_runs_a_detector_as_a_third_rule(here, capsys):
     mine = [r for r in rows if r["rule"] == "detector"]
     assert all(r["detector"].startswith("PhiAccrual(beat=2.0, threshold=8") for r in mine)
     assert mine[0]["reclaimed_fraction"] == 0 and mine[1]["reclaimed_fraction"] == 1
-    code, out, err = run(["compare", "--replications", "2", "--quiet", "--policy", SPEC], capsys)
+    code, out, err = run(
+        ["compare", "--replications", "1", "--slow-duration", "100", "--quiet", "--policy", SPEC], capsys
+    )
     assert code == 0 and "your detector: PhiAccrual(" in out and out.count("your detector ") == 2, err
     code, out, err = run(["compare", "--policy", "lease"], capsys)
     assert code == 2 and out == "" and "compare always runs the timeout and the lease" in err
@@ -119,7 +124,10 @@ def test_tune_measures_a_detector_on_the_same_seeds_serial_or_parallel(here):
     assert serial.runs <= serial.max_runs
     parallel = tune(WORK, LIMITS, SEARCH, seed=0, verify=0, detector=phi, jobs=2)
     assert json.dumps(to_json_dict(parallel)) == json.dumps(to_json_dict(serial))
-    assert "your detector, on the same seeds and limits" in report(serial)
+    assert (
+        "your detector, PhiAccrual(beat=2.0, threshold=8, window=100, scan=1.0), on the same seeds"
+        in report(serial)
+    )
     assert to_json_dict(serial)["detector"]["detector"].startswith("PhiAccrual(beat=2.0, threshold=8")
     # the lease's answer is the same with or without the detector beside it (its runs are its own)
     alone = tune(WORK, LIMITS, SEARCH, seed=0, verify=0)

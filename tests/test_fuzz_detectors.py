@@ -141,7 +141,6 @@ def test_a_blocked_detector_in_pool_workers_and_ctrl_c(tmp_path):
     tune = ["tune", "--lease", "10", "--scan", "5", "--beat-ratio", "3", "--timeout", "none", "--verify", "0",
             "--max-false-reclaims", "0.5", "--min-replications", "2", "--max-replications", "3", "--jobs", "2"]  # fmt: skip
     commands = [
-        ["sweep", "--scenario", "fast-dead", "--replications", "4", "--jobs", "2", "--out", "rows.csv"],
         ["sweep", "--scenario", "fast-dead", "--replications", "4", "--jobs", "2", "--out", "old.csv"],
         ["explore", "--fault", "crash,offset=0:1", "--jobs", "2"],
         tune,
