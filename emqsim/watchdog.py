@@ -37,7 +37,7 @@ class Blocked(BaseException):
     `except Exception` does not swallow it); `call` turns it into `DetectorBlocked`."""
 
 
-class DetectorBlocked(ConfigError, TimeoutError):
+class DetectorBlocked(TimeoutError, ConfigError):
     """A detector's `suspect()` ran longer than its `answer_within` real seconds: the run is stopped."""
 
 

@@ -134,5 +134,19 @@ def test_cli_tune_dask_local_equals_serial(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stderr[-2000:]
         answers.append(json.loads(proc.stdout))
     assert answers[0] == answers[1] and answers[0]["detector"]["status"] in ("feasible", "fails", "open")
+    # a detector that never answers, on a worker's thread: stopped there, one line here (issue 30)
+    spin = tmp_path.parent / f"{tmp_path.name}-spinner.py"
+    spin.write_text("from emqsim import Detector\n\n\nclass Spinner(Detector):\n    answer_within = 0.3\n\n"
+                    "    def suspect(self, job, now):\n        while True:\n            pass\n")  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "emqsim", "tune", *TUNE_FLAGS, "--policy", f"{spin}:Spinner", "--dask", "local"],
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    # (a warning from Dask itself, such as a busy port on a shared machine, may come before it)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and lines[-1].startswith("emqsim tune: error: "), proc.stderr[-2000:]
+    assert all(line.startswith("emqsim: warning: ") for line in lines[:-1]), proc.stderr[-2000:]
+    assert proc.stderr.count("error") == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "Spinner.suspect(" in proc.stderr and "must answer within 0.3 s" in proc.stderr
     assert list(tmp_path.iterdir()) == []
     assert set(Path(tempfile.gettempdir()).glob("emqsim-dask-*")) <= before
