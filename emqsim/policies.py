@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol, get_args
 
 import numpy as np
 
+from emqsim import watchdog
 from emqsim.errors import ConfigError, WrongType, require_bool, require_instance, require_whole
 from emqsim.protocol import FinishReply, Queue, SweepReply
 from emqsim.units import to_ms, to_s
@@ -299,10 +300,12 @@ class Detector(ReclaimPolicy):
         failed: list[str] = []
         for job in queue.active_jobs():
             started = time.monotonic()
-            verdict = self.suspect(job, now)
+            verdict = watchdog.call(
+                self.suspect, job, now, self.answer_within, started
+            )  # stops a blocked call
             took = time.monotonic() - started
             if took > self.answer_within:
-                raise TimeoutError(
+                raise watchdog.DetectorBlocked(
                     f"{type(self).__qualname__}.suspect({job!r}, {now}) took {took:.1f} s of real time; a "
                     f"detector must answer within {self.answer_within:g} s (answer_within): does it wait or "
                     "sleep?"

@@ -43,6 +43,7 @@ from emqsim.records import RESULTS_SCHEMA
 from emqsim.scenario import Scenario
 from emqsim.stats import RunSummary, aggregate, paired_difference
 from emqsim.summaries import simulate_summary
+from emqsim.user_code import PREFIX as USER_FILES
 
 CACHE_FORMAT = 3  # the layout of a cache entry (identity + summaries + checksum)
 COMPUTING_LIBRARIES = ("simpy", "numpy", "scipy")  # their versions are part of every cache key
@@ -224,6 +225,8 @@ _LIBRARY_ROOTS = frozenset({"emqsim", "builtins", "numpy", "scipy", "simpy", "ab
 
 
 def _is_user_class(cls: type) -> bool:
+    if cls.__module__.startswith(USER_FILES):  # a detector imported from its file (emqsim.user_code)
+        return True
     root = cls.__module__.split(".")[0]
     return not (root in _LIBRARY_ROOTS or root in sys.stdlib_module_names)
 

@@ -6,15 +6,18 @@ literals (numbers, strings, booleans, None, lists, tuples, dicts), read with `as
 Every failure (no such file, the file does not import, no such class, not a Detector, a parameter the class
 does not take or refuses) is one ConfigError line, raised before any run starts.
 
-The file is imported once per process under a name of its own (`emqsim_user_<digest>_<stem>`, in
-`sys.modules`, so a forked pool's workers unpickle the detector and a sweep's cache key covers the file: see
-`emqsim.sweep.user_code_digest`).
+The file is imported once per process under a module name that spells its absolute path
+(`emqsim.user_code.file_<hex of the path>`): any process that can import emqsim can import it again, so a
+detector pickled to a pool's worker or a Dask worker (a fresh, spawned process) is rebuilt there from the same
+file, and a sweep's cache key covers the file (see `emqsim.sweep.user_code_digest`). This module is the package
+of those names (its `__path__` is empty) and puts `UserFiles`, their finder, on `sys.meta_path` when imported.
 """
 
 from __future__ import annotations
 
 import ast
-import hashlib
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import inspect
 import re
@@ -27,6 +30,34 @@ from typing import Any
 
 from emqsim.errors import ConfigError
 from emqsim.policies import Detector
+
+__path__: list[str] = []  # a package of the user files' module names, found by `UserFiles` below
+PREFIX = f"{__name__}.file_"
+
+
+def module_name(path: Path) -> str:
+    """The module name a detector file is imported under: its absolute path, spelled in hex."""
+    return PREFIX + str(path.resolve()).encode("utf-8", "surrogateescape").hex()
+
+
+class UserFiles(importlib.abc.MetaPathFinder):
+    """Finds `emqsim.user_code.file_<hex>`: the file whose absolute path the hex spells (so unpickling a
+    detector in a fresh process imports its file, as the parent did)."""
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if not fullname.startswith(PREFIX):
+            return None
+        try:
+            where = bytes.fromhex(fullname[len(PREFIX) :]).decode("utf-8", "surrogateescape")
+        except ValueError:
+            return None
+        return importlib.util.spec_from_file_location(fullname, where)
+
+
+if not any(isinstance(f, UserFiles) for f in sys.meta_path):
+    sys.meta_path.append(UserFiles())
 
 SPEC = re.compile(r"^(?P<path>[^()]+?\.py):(?P<name>[A-Za-z_]\w*)\s*(?:\((?P<args>.*)\))?\s*$", re.DOTALL)
 EXAMPLE = "my_detector.py:PhiAccrual or 'my_detector.py:PhiAccrual(threshold=8)'"
@@ -85,9 +116,7 @@ def parse_detector(text: str, base: str | Path | None = None) -> DetectorSpec:
 def _module(path: Path) -> ModuleType:
     """The user's file imported (once per process and file) under a module name of its own."""
     resolved = path.resolve()
-    digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:12]
-    stem = re.sub(r"\W", "_", path.stem)
-    name = f"emqsim_user_{digest}_{stem}"
+    name = module_name(resolved)
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, resolved)

@@ -28,6 +28,7 @@ CORE: list[tuple[str, list[str]]] = [
         [
             "emqsim._simpy_fast",
             "emqsim.errors",
+            "emqsim.watchdog",  # stops a detector whose suspect() blocks (standard library only)
             "emqsim._quiet_start",
             "emqsim.units",
             "emqsim.keys",

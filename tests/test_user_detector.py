@@ -126,3 +126,24 @@ def test_the_cache_key_covers_the_detectors_file(here):
     path = here / "my_detector.py"
     path.write_text(path.read_text() + "\n# an edit\n")
     assert Cell(scenario, first).key(0, 2, "x") != key
+
+
+def test_a_detector_unpickles_in_a_fresh_process_from_its_file(here):
+    """A Dask worker is a spawned process that never imported the file: the module name spells the file's path,
+    so unpickling imports it there (a --dask local sweep with a detector hung before)."""
+    import pickle
+    import subprocess
+    import sys
+
+    made = detector("my_detector.py:PhiAccrual(threshold=4)")
+    assert type(made).__module__.startswith("emqsim.user_code.file_")
+    code = "import pickle, sys; d = pickle.loads(sys.stdin.buffer.read()); print(repr(d), type(d).__module__)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], input=pickle.dumps(made), capture_output=True, cwd="/", check=False
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().split() == [
+        repr(made).split()[0],
+        *repr(made).split()[1:],
+        type(made).__module__,
+    ]

@@ -77,10 +77,14 @@ MAX_WORKERS = 1000  # an explored world is small: every run simulates each worke
 
 
 def add_explore_arguments(p: Any) -> None:
-    from emqsim.cli.argtypes import add_policy_flags, output_path, seconds, whole
+    from emqsim.cli.argtypes import POLICY_HELP, add_policy_flags, output_path, policy_choice, seconds, whole
 
     p.add_argument(
-        "--policy", choices=("lease", "timeout"), default="lease", help="detector to explore (default lease)"
+        "--policy",
+        type=policy_choice,
+        default="lease",
+        metavar="POLICY",
+        help=POLICY_HELP + "; a detector is explored as it is: every run asks its suspect() (no closed form)",
     )
     add_policy_flags(p, gridded=False)
     p.add_argument("--swept-by", choices=("workers", "reaper"), help="who sweeps (default: the policy's)")
@@ -126,7 +130,14 @@ def _policy(args: Any) -> ReclaimPolicy:
     from emqsim.cli.building import single_policy
     from emqsim.policies import LeasePolicy, TimeoutPolicy
 
-    policy = single_policy(args)
+    policy = single_policy(args)  # a user's detector: the lease flags and --preset refused there
+    if isinstance(args.policy, ReclaimPolicy):
+        for flag, given in (("--swept-by", args.swept_by), ("--single-phase", args.single_phase)):
+            if given:
+                raise ConfigError(
+                    f"{flag}: a detector sweeps from one reaper, its own way (Detector.sweep); drop {flag}"
+                )
+        return policy
     if isinstance(policy, LeasePolicy) and (args.swept_by or args.single_phase) and not args.preset:
         return LeasePolicy(
             policy.lease_ms / 1000,

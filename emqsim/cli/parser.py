@@ -324,6 +324,13 @@ def build_parser() -> Parser:
         "--die-after", type=seconds_or_zero, default=1.0, help="when the fast worker dies (default 1)"
     )
     p.add_argument("--replications", type=whole(1, MAX_COUNT), default=20, help="runs per cell (default 20)")
+    p.add_argument(
+        "--policy",
+        type=policy_choice,
+        metavar="FILE.py:Class",
+        help="also compare your detector, from its file: FILE.py:Class or 'FILE.py:Class(key=value, ...)' "
+        "with its parameters as literals (docs/policies.md); the timeout and the lease always run",
+    )
     add_run_flags(p)
     add_work_flags(p)
 

@@ -17,6 +17,7 @@ from emqsim.cli.argtypes import (
     existing_file,
     grid,
     output_path,
+    policy_choice,
     probability,
     rate,
     seconds,
@@ -25,6 +26,7 @@ from emqsim.cli.argtypes import (
     whole,
 )
 from emqsim.errors import ConfigError
+from emqsim.policies import ReclaimPolicy
 from emqsim.tune import (
     Limits,
     SearchSpace,
@@ -183,6 +185,14 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--beat-ratio", type=ratios, help="lease/beat ratios to try (default 2,3,5)")
     s.add_argument("--scan", type=grid, help="sweep intervals to try (default 1,2,5,10,15,30)")
     s.add_argument("--timeout", type=timeouts, help="fixed timeouts to compare ('none' to skip)")
+    s.add_argument(
+        "--policy",
+        type=policy_choice,
+        metavar="FILE.py:Class",
+        help="also measure your detector, from its file (FILE.py:Class or 'FILE.py:Class(key=value, ...)', "
+        "parameters as literals; docs/policies.md): on the same seeds and limits, decided meets / fails / "
+        "undecided and reported beside the recommendation; no closed form prunes it and it is not tuned",
+    )
     s.add_argument("--min-replications", type=whole(2), help="replications every candidate gets (default 3)")
     s.add_argument(
         "--max-replications", type=whole(2), help="most replications of one candidate (default 30)"
@@ -200,6 +210,11 @@ def add_tune_arguments(p: argparse.ArgumentParser) -> None:
     )
     o = p.add_argument_group("output")
     o.add_argument("--jobs", type=whole(1), help="parallel processes (default: all cores; same answer)")
+    o.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="run on a Dask scheduler ('local' for a LocalCluster); the same answer as serial",
+    )
     o.add_argument("--seed", type=whole(0), default=0, help="root seed (default 0)")
     o.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     o.add_argument("--quiet", action="store_true", help="no progress")
@@ -290,7 +305,9 @@ def build_inputs(args: argparse.Namespace) -> tuple[Workload, Limits, SearchSpac
         raise ConfigError(f"wrong type of value ({exc})") from None
 
 
-def tune_commands(workload: Workload, space: SearchSpace, verify_max: int) -> float:
+def tune_commands(
+    workload: Workload, space: SearchSpace, verify_max: int, detector: ReclaimPolicy | None = None
+) -> float:
     """An upper estimate of the Redis commands a search simulates (as `run` and `sweep` estimate theirs):
     every candidate at its most replications, and the fresh-seed check of up to 3 settings. A run lasts
     until its jobs are done (they arrive at `workload.rate`; 10 mean durations allowed for the last) or the
@@ -302,32 +319,49 @@ def tune_commands(workload: Workload, space: SearchSpace, verify_max: int) -> fl
     span = min(workload.horizon, workload.jobs / workload.rate + last)
     scenario = workload.scenario().with_(horizon=max(span, 0.001))
     per_run = [commands_per_run(scenario, c.beat, c.scan) for c in build_candidates(space)]
+    if detector is not None:  # measured at up to max_replications too
+        per_run.append(commands_per_run(scenario, detector.settings()["beat"], detector.settings()["scan"]))
     return sum(per_run) * space.max_replications + 3 * verify_max * max(per_run, default=0.0)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from emqsim.cli.work import check_work, clamp_jobs, usable_cores
+    from emqsim.cli.work import check_work, clamp_jobs, close_dask, dask_executor, usable_cores
     from emqsim.plots import savefig
     from emqsim.plots.tune import figure
     from emqsim.stats import write_atomically
     from emqsim.tune import scenario_toml
 
+    if args.policy is not None and not isinstance(args.policy, ReclaimPolicy):
+        raise ConfigError(
+            "--policy: tune always searches the lease (and the timeouts of --timeout); give your detector as "
+            "FILE.py:Class to measure it beside them"
+        )
     workload, limits, space = build_inputs(args)
     verify_max = args.verify_max or 8 * args.verify
-    runs = len(build_candidates(space)) * space.max_replications + 3 * verify_max
+    candidates = len(build_candidates(space)) + (args.policy is not None)
+    runs = candidates * space.max_replications + 3 * verify_max
     check_work(
         args,
-        tune_commands(workload, space, verify_max),
+        tune_commands(workload, space, verify_max, args.policy),
         f"this search (up to {runs:,} runs)",
         "--workers, --jobs-per-run, --horizon, --max-replications or the grids",
     )
-    jobs = clamp_jobs(args.jobs) or usable_cores()
+    jobs = (clamp_jobs(args.jobs) if not args.dask else args.jobs) or usable_cores()
     say = (lambda msg: print(msg, file=sys.stderr)) if not args.quiet else None
-    result = tune(
-        workload, limits, space, seed=args.seed, jobs=jobs, verify=args.verify,
-        verify_max=args.verify_max,
-        progress=not args.quiet and sys.stderr.isatty(), say=say,
-    )  # fmt: skip
+    executor = client = None
+    if (
+        args.dask
+    ):  # the sweep's and explore's helper: a LocalCluster for 'local', else the scheduler's address
+        executor, client = dask_executor(args.dask)
+    try:
+        result = tune(
+            workload, limits, space, seed=args.seed, jobs=jobs, verify=args.verify,
+            verify_max=args.verify_max, detector=args.policy, executor=executor,
+            progress=not args.quiet and sys.stderr.isatty(), say=say,
+        )  # fmt: skip
+    finally:
+        if client is not None:
+            close_dask(client)
     if args.json:
         sys.stdout.write(json.dumps(to_json_dict(result), indent=2, allow_nan=False) + "\n")
     else:

@@ -148,7 +148,13 @@ def dask_executor(address: str):
         import tempfile
 
         scratch = tempfile.mkdtemp(prefix="emqsim-dask-")
-        client = Client(LocalCluster(processes=True, dashboard_address=None, local_directory=scratch))
+        import logging
+
+        # the workers' own logs stay quiet: a task's error comes back to this process as the command's one line
+        cluster = LocalCluster(
+            processes=True, dashboard_address=None, local_directory=scratch, silence_logs=logging.CRITICAL
+        )
+        client = Client(cluster)
         _SCRATCH[id(client)] = scratch
     else:
         try:

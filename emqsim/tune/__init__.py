@@ -39,7 +39,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Executor
 
-from emqsim.errors import ConfigError
+from emqsim.errors import ConfigError, require_instance
+from emqsim.policies import ReclaimPolicy
 from emqsim.tune.candidates import (
     Candidate,
     Metric,
@@ -123,6 +124,7 @@ def tune(
     progress: bool = False,
     say: Callable[[str], None] | None = None,
     executor: Executor | None = None,
+    detector: ReclaimPolicy | None = None,
 ) -> TuneResult:
     """Search lease, beat and sweep interval (and the best fixed timeout, for comparison); see the module doc.
 
@@ -131,6 +133,8 @@ def tune(
     settings are tried (`verify_on_fresh_seeds`). `verify=0` skips this. Same inputs and seed give the same
     result with any `jobs`."""
     say = say or (lambda _msg: None)
+    if detector is not None:
+        require_instance("detector", detector, ReclaimPolicy, "a Detector (or another ReclaimPolicy)")
     if verify_max is None:
         verify_max = 8 * verify
     if verify and verify_max < verify:
@@ -147,6 +151,8 @@ def tune(
         predict(c, workload, limits, pauses, outages)
         prune(c, limits)
     bound = max_runs(candidates, space, verify_max if verify else 0)
+    mine = Candidate.of_detector(detector) if detector is not None else None
+    bound += space.max_replications if mine is not None else 0
     say(
         f"tune: {len(candidates)} candidates, {sum(c.status == 'pruned' for c in candidates)} ruled out by the "
         f"closed forms; at most {bound} runs ({space.min_replications} to {space.max_replications} replications "
@@ -176,6 +182,8 @@ def tune(
             say,
             WAVE,  # read here, so a caller may set emqsim.tune.WAVE
         )
+        if mine is not None:  # its own family of one, keyed past the candidates, on the same seeds
+            _race([(len(candidates), mine)], runner, limits, workload, space, seed, "detector", say, WAVE)
         verifications: list[Candidate] = []
         level = None
         if verify and lease_race.best is not None:
@@ -208,6 +216,7 @@ def tune(
         verifications,
         [],
         level,
+        mine,
     )
     result.what_would_change = what_would_change(result)
     return result

@@ -35,7 +35,7 @@ class Metric:
 class Candidate:
     """One setting: its closed-form predictions, its simulated metrics and what the search decided."""
 
-    kind: Literal["lease", "timeout"]
+    kind: Literal["lease", "timeout", "detector"]
     lease: float | None = None
     beat: float | None = None
     scan: float = 5.0
@@ -46,6 +46,12 @@ class Candidate:
     metrics: dict[str, Metric] = field(default_factory=dict)
     status: str = "open"  # open, pruned, fails, beaten, feasible
     reason: str = ""
+    custom: ReclaimPolicy | None = None  # a user's detector (kind "detector"): measured, never predicted
+
+    @classmethod
+    def of_detector(cls, policy: ReclaimPolicy) -> Candidate:
+        """A user's detector as a candidate: simulated on the search's seeds, with no closed form."""
+        return cls("detector", scan=policy.settings()["scan"], custom=policy)
 
     @property
     def lease_s(self) -> float:
@@ -66,6 +72,8 @@ class Candidate:
         return self.timeout
 
     def policy(self) -> ReclaimPolicy:
+        if self.custom is not None:
+            return self.custom
         if self.kind == "timeout":
             return TimeoutPolicy(self.timeout_s, self.scan)
         if self.preset == "bullmq":
@@ -75,6 +83,8 @@ class Candidate:
             return LeasePolicy(self.lease_s, self.beat_s, self.scan)
 
     def label(self) -> str:
+        if self.custom is not None:
+            return repr(self.custom)
         if self.kind == "timeout":
             return f"timeout {self.timeout:g} s, scan {self.scan:g} s"
         return f"lease {self.lease:g} s, beat {self.beat:g} s, scan {self.scan:g} s"
@@ -86,6 +96,7 @@ class Candidate:
             "beat": self.beat,
             "scan": self.scan,
             "timeout": self.timeout,
+            **({"detector": repr(self.custom)} if self.custom is not None else {}),
         }
 
     def as_dict(self) -> dict[str, Any]:

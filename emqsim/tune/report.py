@@ -85,8 +85,13 @@ def _row(c: Candidate, limits: Limits, wide: bool = True) -> list[str]:
     default report: every limit is checked against an interval's upper end, and this fits 100 columns)."""
     m = c.metrics
     cell = _fmt if wide else _fmt_upper
+    narrow = (
+        type(c.custom).__qualname__
+        if c.custom is not None
+        else c.label().replace(" s,", ",").removesuffix(" s")
+    )
     return [
-        c.label() if wide else c.label().replace(" s,", ",").removesuffix(" s"),
+        c.label() if wide else narrow,  # a detector's parameters are in its section's heading
         str(c.replications),
         cell(m.get("false_reclaims")),
         cell(m.get(f"detection_{limits.detection_stat}")),
@@ -230,6 +235,11 @@ def report(r: TuneResult, wide: bool = True) -> str:
         if t is not None
         else _prose(f"  none met the limits ({r.timeout.why_runner_up_lost})")
     )
+    mine = r.detector
+    if mine is not None:
+        verdict = f"fails: {mine.reason}" if mine.status == "fails" else mine.reason  # meets, or undecided
+        lines += ["", _prose(f"your detector, {mine.label()}, on the same seeds and limits (not tuned):")]
+        lines += [_table([row(mine)], header), _prose(f"  {verdict}")]
     lines += ["", "Pareto frontier (false reclaims, detection, Redis requests; simulated lease settings):"]
     lines.append(_table([row(c) for c in r.frontier()], header))
     lines += ["", "what would change the answer:"] + [_bullet(x) for x in r.what_would_change]
@@ -267,4 +277,5 @@ def to_json_dict(r: TuneResult) -> dict[str, Any]:
         "bullmq": bullmq_settings(best) if best else None,
         "toml": scenario_toml(r) if best else None,
         "candidates": [c.as_dict() for c in r.candidates],
+        "detector": r.detector.as_dict() if r.detector is not None else None,
     }

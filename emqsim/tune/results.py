@@ -35,6 +35,9 @@ class TuneResult:
     verifications: list[Candidate]
     what_would_change: list[str]
     verify_level: float | None = None  # the two-sided level of every fresh-seed interval
+    detector: Candidate | None = (
+        None  # a user's detector, measured on the same seeds and limits (not recommended)
+    )
 
     @property
     def confirmed(self) -> Candidate | None:
