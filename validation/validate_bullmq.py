@@ -323,6 +323,7 @@ class JobRecord:
     # when Redis last set the lock before the fault: read from the lock's PTTL just after the fault (a renewal
     # can reach Redis and be applied while its reply, and so its `renewed` line, dies with a killed worker)
     lock_set_at: float | None = None
+    lock_read_at: float | None = None  # when the harness read that PTTL (epoch s)
 
     @property
     def latency(self) -> float | None:
@@ -404,6 +405,23 @@ class RoundResult:
     errors: list[str]
     wall: float
     steadiness: Steadiness | None = None  # the machine's clocks from the jobs' adds to the last detection
+
+    @property
+    def harness_late(self) -> float:
+        """How late (s) the harness's own timeline ran the steps a judgement times by: a SIGCONT after its
+        freeze's planned length (the freeze was that much longer than planned), a lock's PTTL read after its
+        LOCK_READ_DELAY (a late one finds the lock gone). The timeline is a thread of this process: with 64 node
+        processes' output to parse it can wait for the interpreter lock while the machine (and the out-of-process
+        ClockWatch) is steady."""
+        late = 0.0
+        for rec in self.jobs:
+            if rec.fault_at is None:
+                continue
+            if rec.freeze is not None and not rec.block and rec.resumed_at is not None:
+                late = max(late, rec.resumed_at - rec.fault_at - rec.freeze)
+            if rec.lock_read_at is not None:
+                late = max(late, rec.lock_read_at - rec.fault_at - Round.LOCK_READ_DELAY)
+        return late
 
 
 class Round:
@@ -510,6 +528,8 @@ class Round:
         def read() -> None:
             import redis  # the live extra; only the real rounds need it
 
+            with self.changed:
+                rec.lock_read_at = time.time()
             client = redis.Redis(unix_socket_path=self.socket)
             try:
                 pipe = client.pipeline(transaction=True)
@@ -730,6 +750,11 @@ def run_steady_rounds(
             f"round {spec.name}: {r.steadiness.describe()}"
             for spec, r in zip(specs, results, strict=True)
             if r.steadiness is not None and r.steadiness.disturbed(margin)
+        ] + [
+            f"round {spec.name}: the harness's timeline ran up to {r.harness_late * 1000:.0f} ms late (a SIGCONT "
+            "or a lock's read)"
+            for spec, r in zip(specs, results, strict=True)
+            if r.harness_late >= margin
         ]
         names = ", ".join(r.name for r in specs)
         return (
