@@ -1,15 +1,17 @@
-// Real BullMQ 6 Workers through a Redis failover, driven by tests/test_bullmq_real_failover.py:
+// Real BullMQ 6 Workers through a Redis failover or memory pressure, driven by
+// tests/test_bullmq_real_failover.py and tests/test_bullmq_real_eviction.py:
 //
 //   node failover.mjs --port 6390 --plan '[{"queue":"q","ms":1500,"jobs":2,"at":-2000}]' \
 //        --lock-duration 2000 --stalled-interval 2000
 //
 // One Worker (concurrency 1) per queue of the plan, each talking to Redis over TCP on loopback at --port (the
 // harness's proxy, which the harness points at the primary, cuts, points at the demoted primary, then at the
-// promoted replica). It prints {"ev":"ready"} once every Worker is connected, then reads one stdin line
-// {"go": <the failover's epoch ms>} and at go + at adds the queue's jobs (ids 1..jobs), each a processor
-// that sleeps `ms` of wall-clock time. Every event is one JSON
-// line on stdout with t = Date.now(); a Worker's errors (READONLY while it talks to the demoted primary,
-// connection errors while the proxy is cut) come at most one line per 50 ms per Worker, with the count since.
+// promoted replica), or over the queue's own unix `socket`, with the queue's own `lockDuration` if given. It
+// prints {"ev":"ready"} once every Worker is connected, then reads one stdin line {"go": <epoch ms>} and at
+// go + at adds the queue's jobs (ids 1..jobs), each a processor that sleeps `ms` of wall-clock time. Every
+// event is one JSON line on stdout with t = Date.now(); a Worker's errors (READONLY while it talks to the
+// demoted primary, connection errors while the proxy is cut) come at most one line per 50 ms per Worker,
+// with the count since.
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
@@ -30,7 +32,10 @@ const connection = { host: '127.0.0.1', port: Number(args.port), maxRetriesPerRe
 const plan = JSON.parse(args.plan);
 
 const workers = [];
-for (const { queue } of plan) {
+// a queue's `socket` (a unix socket path) overrides --port for its Worker and its jobs' adds
+const connectionOf = q => (q.socket ? { path: q.socket, maxRetriesPerRequest: null } : connection);
+for (const q of plan) {
+  const { queue } = q;
   const worker = new Worker(
     queue,
     async job => {
@@ -38,9 +43,9 @@ for (const { queue } of plan) {
       return 'ok';
     },
     {
-      connection,
+      connection: connectionOf(q),
       concurrency: 1,
-      lockDuration: Number(args['lock-duration']),
+      lockDuration: Number(q.lockDuration ?? args['lock-duration']),
       stalledInterval: Number(args['stalled-interval']),
       maxStalledCount: 1,
       drainDelay: 1,
@@ -70,9 +75,10 @@ const [line] = await once(createInterface({ input: process.stdin }), 'line');
 const { go } = JSON.parse(line);
 
 await Promise.all(
-  plan.map(async ({ queue, ms, jobs, at }) => {
+  plan.map(async p => {
+    const { queue, ms, jobs, at } = p;
     await sleep(Math.max(0, go + at - Date.now()));
-    const q = new Queue(queue, { connection });
+    const q = new Queue(queue, { connection: connectionOf(p) });
     for (let i = 0; i < jobs; i++) await q.add('job', { i, ms }, { removeOnFail: false });
     emit('added', { queue, jobs });
     await q.close();
