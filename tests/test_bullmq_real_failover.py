@@ -56,7 +56,7 @@ from emqsim.presets import preset  # noqa: E402
 
 LOCK_MS, STALLED_MS = 2000, 2000
 LAG, DOWN, READONLY = 1.0, 1.5, 1.5  # S, D, R (s)
-LEAD = 3.5  # s from the Workers' ready to the failover
+LEAD = 3.2  # s from the Workers' ready to the failover (the first add, at -3.0 s, comes after it)
 # class -> (queues, jobs per queue, ms per job, first job's start relative to the failover, s)
 CLASSES = {
     "kept": (4, 1, 1500, -3.0),
