@@ -5,7 +5,7 @@ One worker, three 1 s jobs, lease 2 s / beat 0.5 s / scan 1 s at time_scale 0.5 
 the failover at 1.5 s with 0.8 s of lag, the workers away 1 s: job 0's finish (at 1.0 s) and the take of job 1
 that follows it fall in the lag window. On the new primary job 0 is active again with its old lock (it runs
 again: a duplicate completion) and job 1 is back in `wait` (its worker's finish is refused; it runs again),
-exactly the attempts and outcomes emqsim gives.
+exactly the attempts and outcomes emqsim gives; adds that fall in the window are lost and the run still ends.
 """
 
 from __future__ import annotations
@@ -67,3 +67,24 @@ def test_a_live_failover_loses_the_lag_windows_finish_and_take_as_the_simulator_
             ("2", 1, "completed"),
         ]
     )
+
+
+@pytest.mark.slow
+def test_a_live_failover_loses_the_lag_windows_adds_and_the_run_still_ends(need_redis, steady_live) -> None:
+    """Jobs arriving at 1 a second (seed 21: jobs 0 and 1 arrive inside the lag window): on the new primary
+    neither exists; job 0, taken before the failover, has its finish refused, job 1 never runs, and the run
+    ends when job 2 is done, not at its horizon, as in the simulator."""
+    sc = Scenario(
+        workers=1,
+        jobs=3,
+        arrival_rate=1.0,
+        duration=Fixed(0.5),
+        faults=(Outage(at=1.5, duration=1.0, lost_writes=0.8),),
+        phases="aligned",
+        horizon=30.0,
+    )
+    policy = LeasePolicy(2.0, 0.5, 1.0)
+    live = steady_live(sc, policy, time_scale=SCALE, seed=21)
+    sim = simulate(sc, policy, seed=21)
+    assert outcomes(live) == outcomes(sim) == [("0", 1, "finish_rejected"), ("2", 1, "completed")]
+    assert live.ended_by == sim.ended_by == "done"
