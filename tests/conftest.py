@@ -151,6 +151,8 @@ LONGEST_FIRST = (
     "test_explore.py",
     "test_lessons_browser.py",
     "test_bullmq_real_client.py",
+    "test_bullmq_real_failover.py",
+    "test_bullmq_real_eviction.py",
     "test_tune.py",
     "test_grading_gradebook.py",
     "test_live.py",

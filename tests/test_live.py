@@ -136,8 +136,8 @@ def test_live_mode_refuses_what_it_cannot_reproduce():
     from emqsim.faults import Outage
 
     scenario = Scenario(
-        workers=2, jobs=1, duration=Fixed(10), faults=(Outage(at=1, duration=5, lost_writes=2),)
-    )
+        workers=2, jobs=1, duration=Fixed(10), faults=(Outage(at=1, duration=5, lost_writes=2, readonly=3),)
+    )  # a failover is reproduced (tests/test_live_failover.py), its clients on the demoted primary are not
     with pytest.raises(ConfigError, match="sim-only"):
         LiveRun(scenario, lease_policy(), time_scale=SCALE)
     with pytest.raises(ConfigError, match="lazy_fail"):

@@ -323,6 +323,8 @@ class JobRecord:
     # when Redis last set the lock before the fault: read from the lock's PTTL just after the fault (a renewal
     # can reach Redis and be applied while its reply, and so its `renewed` line, dies with a killed worker)
     lock_set_at: float | None = None
+    lock_read_at: float | None = None  # when the harness read that PTTL (epoch s)
+    woke_at: float | None = None  # a SIGSTOPped victim's JavaScript ran again after the SIGCONT (its clock)
 
     @property
     def latency(self) -> float | None:
@@ -405,6 +407,28 @@ class RoundResult:
     wall: float
     steadiness: Steadiness | None = None  # the machine's clocks from the jobs' adds to the last detection
 
+    @property
+    def harness_late(self) -> float:
+        """How late (s) the steps a judgement times by came: the harness's own timeline's SIGCONT after its
+        freeze's planned length (the freeze was that much longer than planned), a lock's PTTL read after its
+        LOCK_READ_DELAY (a late one finds the lock gone), a busy loop ending after its planned length (its
+        victim was kept from a core as the time came), and a SIGSTOPped victim's JavaScript running again after
+        the SIGCONT (a victim kept from a core renews late). The timeline is a thread of this process: with 64
+        node processes' output to parse it can wait for the interpreter lock while the machine (and the
+        out-of-process ClockWatch) is steady; a victim can wait for a core while the watch's process is served."""
+        late = 0.0
+        for rec in self.jobs:
+            if rec.fault_at is None:
+                continue
+            if rec.freeze is not None and rec.resumed_at is not None:
+                # SIGCONT after the plan (a SIGSTOP), or a busy loop that ended late (kept from a core)
+                late = max(late, rec.resumed_at - rec.fault_at - rec.freeze)
+                if rec.woke_at is not None:
+                    late = max(late, rec.woke_at - rec.resumed_at)
+            if rec.lock_read_at is not None:
+                late = max(late, rec.lock_read_at - rec.fault_at - Round.LOCK_READ_DELAY)
+        return late
+
 
 class Round:
     """`len(plans)` queues, each with one job, one victim and `survivors` sweep-only Workers."""
@@ -420,6 +444,7 @@ class Round:
         rng: np.random.Generator,
         job_seconds: float = 60.0,
         shared: bool = True,
+        block_wait: bool = False,
     ) -> None:
         self.socket = redis_socket
         self.workdir = workdir
@@ -430,6 +455,7 @@ class Round:
         self.rng = rng
         self.job_seconds = job_seconds
         self.shared = shared
+        self.block_wait = block_wait
         self.records = {
             f"{name}-{p.i}": JobRecord(p.i, f"{name}-{p.i}", p.after, p.freeze, block=p.block) for p in plans
         }
@@ -455,6 +481,8 @@ class Round:
                 self.errors.append(f"{proc.name}: {msg.get('error')}")  # (a lapsed lock: see renew_failed)
             elif rec is None:
                 pass
+            elif ev == "resumed" and rec.resumed_at is not None and rec.woke_at is None:
+                rec.woke_at = t
             elif ev == "busy_start" and rec.block:
                 rec.fault_at = t
                 self._read_lock_later(rec, t)
@@ -510,6 +538,8 @@ class Round:
         def read() -> None:
             import redis  # the live extra; only the real rounds need it
 
+            with self.changed:
+                rec.lock_read_at = time.time()
             client = redis.Redis(unix_socket_path=self.socket)
             try:
                 pipe = client.pipeline(transaction=True)
@@ -525,12 +555,13 @@ class Round:
 
         self.timeline.at(fault_at + self.LOCK_READ_DELAY, read)
 
-    @staticmethod
-    def _job(rec: JobRecord, ms: int) -> dict[str, Any]:
+    def _job(self, rec: JobRecord, ms: int) -> dict[str, Any]:
         """The job to add for a queue; a blocking one busy-loops `freeze` s, `after` s into itself."""
         job: dict[str, Any] = {"queue": rec.queue, "i": rec.i, "ms": ms}
         if rec.block:
             job.update(busyAfter=int(round(rec.after * 1000)), busyMs=int(round((rec.freeze or 0.0) * 1000)))
+            if self.block_wait:
+                job["busyWait"] = True
         return job
 
     def _wait(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -572,7 +603,8 @@ class Round:
         try:
             observer = self._spawn(f"{self.name}-observer", "observer.mjs",
                                    ["--socket", self.socket, "--queues", ",".join(queues)])  # fmt: skip
-            spins = any(plan.block for plan in self.plans)  # a victim's processor spins in a block round
+            # a victim's processor spins in a block round (unless its blocks wait: `block_wait`)
+            spins = any(plan.block for plan in self.plans) and not self.block_wait
             for q in queues:
                 delay = str(int(self.rng.integers(0, s.stalled_ms)))
                 victim = self._spawn(q, "worker.mjs", [*options, "--queues", q, "--delays", delay], spins)
@@ -667,6 +699,8 @@ class RoundSpec:
     plans: Sequence[JobPlan]
     survivors: int = 2
     shared: bool = True
+    # blocks wait synchronously (Atomics.wait) instead of spinning: see `Round`
+    block_wait: bool = False
 
 
 def run_rounds(socket_path: str, workdir: Path, rounds: Sequence[RoundSpec], seed: int) -> list[RoundResult]:
@@ -681,6 +715,7 @@ def run_rounds(socket_path: str, workdir: Path, rounds: Sequence[RoundSpec], see
             r.survivors,
             np.random.default_rng([seed, k]),
             shared=r.shared,
+            block_wait=r.block_wait,
         )  # fmt: skip
         for k, r in enumerate(rounds)
     ]
@@ -730,6 +765,11 @@ def run_steady_rounds(
             f"round {spec.name}: {r.steadiness.describe()}"
             for spec, r in zip(specs, results, strict=True)
             if r.steadiness is not None and r.steadiness.disturbed(margin)
+        ] + [
+            f"round {spec.name}: a step came up to {r.harness_late * 1000:.0f} ms late (the harness's SIGCONT or "
+            "lock read, or a resumed victim's wake-up)"
+            for spec, r in zip(specs, results, strict=True)
+            if r.harness_late >= margin
         ]
         names = ", ".join(r.name for r in specs)
         return (

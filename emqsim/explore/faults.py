@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emqsim.errors import ConfigError
-from emqsim.faults import Block, Crash, Freeze, Outage
+from emqsim.faults import Block, Crash, Freeze, Outage, Partition
 
 # -- fault kinds: one registry entry each ------------------------------------------------------------------------
 HOLDER, OTHER = "holder", "other"  # the worker running the job's first attempt, or worker 1
@@ -79,6 +79,42 @@ register_fault(
         ("length",),
         _place_restart,
         "Redis restarts on its data: every client, producer and reaper included, is cut off for `length`",
+        targeted=False,
+    )
+)
+
+
+def _place_partition(target: str, at_ms: int, params: Mapping[str, int], start_ms: int) -> Any:
+    worker = 0 if target == HOLDER else 1
+    return Partition(at=(start_ms + at_ms) / 1000, duration=params["length"] / 1000, worker=worker)
+
+
+register_fault(
+    FaultKind(
+        "partition",
+        ("length",),
+        _place_partition,
+        "the worker's packets are dropped without a FIN: held, then flowing at the first TCP retransmission",
+    )
+)
+
+
+def _place_failover(target: str, at_ms: int, params: Mapping[str, int], start_ms: int) -> Any:
+    return Outage(
+        at=(start_ms + at_ms) / 1000,
+        duration=params["length"] / 1000,
+        lost_writes=params["lag"] / 1000,
+        readonly=params["readonly"] / 1000,
+    )
+
+
+register_fault(
+    FaultKind(
+        "failover",
+        ("length", "lag", "readonly"),
+        _place_failover,
+        "Redis fails over to a replica `lag` behind (that window's writes are lost); every client is away "
+        "`length`, then refused with READONLY on the demoted primary for `readonly`",
         targeted=False,
     )
 )

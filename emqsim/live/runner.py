@@ -52,6 +52,7 @@ from emqsim.keys import QueueKeys
 from emqsim.live.admin import RedisAdmin
 from emqsim.live.children import SPARES, ChildProcesses
 from emqsim.live.clockwatch import ClockWatch, Steadiness
+from emqsim.live.failover import Failover, check_failover, failovers_of
 from emqsim.live.faults import FaultInjection, memory_pressure
 from emqsim.live.records import Proc, build_run
 from emqsim.live.scripts import LuaQueue
@@ -123,11 +124,11 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
         else:
             gaps = stream(seed, replication, "arrivals").exponential(1 / rate, scenario.jobs)
             self.arrival_s = [ms / 1000 for ms in itertools.accumulate(to_ms(float(g)) for g in gaps)]
-        if any(isinstance(f, Outage) and f.lost_writes > 0 for f in scenario.faults):
+        check_failover(scenario.faults, redis_url)  # a failover on its own servers (emqsim.live.failover)
+        if failovers_of(scenario.faults) and self.live.swept_by == "reaper":
             raise ConfigError(
-                "live mode reproduces connection outages but not a Redis failover that loses writes "
-                "(Outage lost_writes > 0), which is sim-only: drop it from the scenario (for a standard "
-                "scenario: emqsim live --without-outages)"
+                "live mode fails over runs swept by the workers; a policy with a separate reaper (whose "
+                "connection would stay on the demoted primary) fails over in the simulator only"
             )
         if any(isinstance(f, ChildCrash) for f in scenario.faults):
             raise ConfigError(
@@ -186,6 +187,8 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
         self.restart_watcher: Callable[[], object] | None = None
         self.commands_before = 0
         self.connections_dropped = 0  # worker connections closed at outages' disconnects
+        found = failovers_of(scenario.faults)
+        self.failover: Failover | None = Failover(self, found[0]) if found else None
 
     # -- helpers -------------------------------------------------------------------------------------------
     def at(self, when: float, action: Callable[..., None]) -> None:
@@ -256,6 +259,8 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
         try:
             self.tmpdir = Path(tempfile.mkdtemp(prefix="emqsim-live-run-"))
             self.open_redis()
+            if self.failover is not None:
+                self.failover.start()
             watcher = self.watch_evictions(stop_watch)
             with ClockWatch() as clock:
                 run = self._run()
@@ -295,6 +300,8 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
                 self.client.close()
             if self.server is not None:
                 self.server.stop()
+            if self.failover is not None:
+                self.failover.stop()
             if self.tmpdir is not None:
                 shutil.rmtree(self.tmpdir, ignore_errors=True)
 
@@ -330,6 +337,8 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
         for wid in range(scenario.workers):
             self.random_faults(wid, self.t0)
         memory_pressure(self, self.t0)
+        if self.failover is not None:
+            self.failover.schedule(self.t0)
         for window in self.restarts:
             begin, up, _ = self.real_window(window)
             self.at(begin, self.redis_stop)
@@ -355,7 +364,8 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
             if now >= next_sample and not self.redis_down:
                 self.resident_peak = max(self.resident_peak, int(self.client.dbsize()) - self.foreign)
                 next_sample = now + 0.05
-            if next_job == scenario.jobs and self.settled >= scenario.jobs and not self.executing:
+            lost = len(self.failover.lost_adds) if self.failover is not None else 0  # adds a failover lost
+            if next_job == scenario.jobs and self.settled + lost >= scenario.jobs and not self.executing:
                 ended_by = "done"
                 break
             if now >= horizon:

@@ -10,7 +10,8 @@
 // `Worker.startStalledCheckTimer()` does for manually fetching workers. The harness may SIGKILL or
 // SIGSTOP/SIGCONT this process at any time. A job whose data has busyMs is CPU-bound: busyAfter ms into it the
 // processor runs a synchronous busy loop of busyMs ms, which blocks the event loop (the lock manager's timer
-// cannot fire meanwhile; events busy_start and busy_end time it), then sleeps the rest of its ms.
+// cannot fire meanwhile; events busy_start and busy_end time it), then sleeps the rest of its ms; with busyWait
+// it blocks the event loop as long in a synchronous wait (Atomics.wait) instead, without using a core.
 // Everything that happens is one JSON line on stdout, with
 // `t` = Date.now() (epoch ms: the machine's wall clock, which the harness and Redis share).
 import { createInterface } from 'node:readline';
@@ -38,9 +39,16 @@ function emit(ev, fields = {}) {
 
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
 
-function busy(ms, queue) {
+const blocker = new Int32Array(new SharedArrayBuffer(4));
+function busy(ms, queue, wait) {
   const start = Date.now();
   emit('busy_start', { ms, queue });
+  if (wait) {
+    // a synchronous wait (as execSync or a synchronous read makes): the event loop is blocked as by a busy
+    // loop, but the thread sleeps in the kernel and wakes on time, where a busy loop that lost its core at
+    // the deadline ends late
+    Atomics.wait(blocker, 0, 0, ms);
+  }
   while (Date.now() - start < ms) {
     // a synchronous CPU-bound section: nothing else on this event loop runs until it ends
   }
@@ -56,7 +64,7 @@ async function start(queue) {
       emit('start', { queue, job: job.id, i: job.data.i, processedOn: job.processedOn, token });
       if (job.data.busyMs) {
         await sleep(job.data.busyAfter);
-        busy(job.data.busyMs, queue);
+        busy(job.data.busyMs, queue, job.data.busyWait);
         await sleep(Math.max(0, job.data.ms - job.data.busyAfter - job.data.busyMs));
       } else {
         await sleep(job.data.ms);
@@ -123,6 +131,9 @@ process.on('SIGTERM', async () => {
   }
 });
 
+// A victim (one queue) says when its JavaScript runs again after a SIGCONT: how long the machine kept it from a
+// core after the harness resumed it (its lock manager's overdue tick fires just before this line is written).
+if (queues.length === 1) process.on('SIGCONT', () => emit('resumed', { queue: queues[0] }));
 emit('loaded', { node: process.version });
 const lines = createInterface({ input: process.stdin });
 let started = false;
