@@ -164,3 +164,21 @@ def test_coordinator_simulates_only_the_checks_that_are_sent():
     assert run.requests["sweep"] > 5 * sent
     # the checks one by one take two entries each (send, reading the reply); planned, the refused ones none
     assert off_steps - on_steps > run.requests["sweep"]
+
+
+@pytest.mark.parametrize("elide", [True, False])
+def test_the_checks_of_one_millisecond_go_in_worker_id_order_after_everything_else(elide):
+    """The tie rule: aligned timers send every worker's first check at 0 ms; with 1 ms round trips worker 0's
+    reaches Redis in that millisecond, before worker 1's check is decided, so worker 0 holds the rate limit and
+    worker 1's check is refused without being sent. A freeze of worker 0 at 0 ms comes first, so worker 1 checks."""
+    scenario = standard("frozen").with_(network=Network(rtt=Fixed(0.001)), phases="aligned", workers=2)
+    saved = client._ELISION
+    client._ELISION = elide
+    try:
+        run = Simulation(scenario, LeasePolicy(30, 10, 5), seed=0).run()
+        frozen = scenario.with_(faults=(Freeze(at=0.0, worker=0, duration=1.0),))
+        run_frozen = Simulation(frozen, LeasePolicy(30, 10, 5), seed=0).run()
+    finally:
+        client._ELISION = saved
+    assert (run.sweeps[0].time, run.sweeps[0].by) == (0.0, "worker 0")
+    assert (run_frozen.sweeps[0].time, run_frozen.sweeps[0].by) == (0.0, "worker 1")
