@@ -310,26 +310,44 @@ class SweepCoordinator:
 
     def _fire(self, tick: Any) -> None:
         """The planned check: its worker's steps up to it, then the check itself (sent, or refused if the
-        key changed meanwhile), then the next plan."""
+        key changed meanwhile), then the next plan. Checks planned for the same millisecond follow at once
+        while none reaches Redis in it (nothing else can come between them)."""
         if tick is not self.armed or self.armed_at is None:
             return  # a plan that changed since
         t, wid = self.armed_at
         self.armed = self.armed_at = None
-        self.last = (t, wid)
-        checker = self.checkers[wid]
-        self._catch_up(checker, t - 1)
-        assert checker.send and checker.t == t
-        out_ms, back_ms = checker.legs(t, checker.k)
-        expire_at = self.expire_at
-        if expire_at is not None and t + out_ms <= expire_at:
-            self.server.count_refused_sweeps(1)
-        else:
-            self.server.send_split("sweep", checker.sweep, out_ms, back_ms)
-        checker.k += 1
-        checker.t = t + out_ms + back_ms
-        checker.send = False
-        checker.moved()
-        self._replan(checker)
+        plan = self.plan
+        checkers = self.checkers
+        server = self.server
+        while True:
+            self.last = (t, wid)
+            checker = checkers[wid]
+            self._catch_up(checker, t - 1)
+            assert checker.send and checker.t == t
+            out_ms, back_ms = checker.legs(t, checker.k)
+            expire_at = self.expire_at
+            if expire_at is not None and t + out_ms <= expire_at:
+                server.count_refused_sweeps(1)
+            else:
+                server.send_split("sweep", checker.sweep, out_ms, back_ms)
+            checker.k += 1
+            checker.t = t + out_ms + back_ms
+            checker.send = False
+            checker.moved()
+            self._replan(checker)
+            if out_ms == 0:
+                break  # it reaches Redis in this millisecond: the next check of it comes after that event
+            while plan:
+                t_next, wid, version = plan[0]
+                found = checkers.get(wid)
+                if found is not None and found.version == version:
+                    break
+                heappop(plan)
+            else:
+                break
+            if t_next != t:
+                break
+            heappop(plan)  # that check is taken now (its worker is planned again after it)
         self._arm()
 
 
