@@ -29,6 +29,7 @@ import numpy as np
 from emqsim import client as _client
 from emqsim._simpy_fast import CHECKS, Tick
 from emqsim.client import ALIVE, DEAD, RTT_BLOCK, Client, ClientHost
+from emqsim.faults import NEVER_MS
 from emqsim.policies import LeasePolicy
 
 
@@ -173,7 +174,10 @@ class _Checker:
         by = client.label
 
         def sweep(now: int) -> Any:
-            return server.sweep(by, now)
+            reply = server.sweep(by, now)
+            if coordinator.armed is None:  # the plan waited for this check to reach Redis (`_fire`)
+                coordinator._arm()
+            return reply
 
         self.sweep = sweep
 
@@ -255,7 +259,8 @@ class SweepCoordinator:
         plan = []
         for checker in self.checkers.values():
             if not checker.paused:
-                refused += _walk(checker, now if checker.wid <= last_wid else now - 1, old, interval_ms)
+                if checker.t < now or (checker.t == now and checker.wid <= last_wid):
+                    refused += _walk(checker, now if checker.wid <= last_wid else now - 1, old, interval_ms)
                 checker.version += 1
                 plan.append((_ahead(checker, expire_at, interval_ms), checker.wid, checker.version))
         if refused:
@@ -319,10 +324,12 @@ class SweepCoordinator:
         plan = self.plan
         checkers = self.checkers
         server = self.server
+        sent_at: int | None = None  # when the last check sent here reaches Redis
         while True:
             self.last = (t, wid)
             checker = checkers[wid]
-            self._catch_up(checker, t - 1)
+            if checker.t < t:
+                self._catch_up(checker, t - 1)
             assert checker.send and checker.t == t
             out_ms, back_ms = checker.legs(t, checker.k)
             expire_at = self.expire_at
@@ -330,6 +337,7 @@ class SweepCoordinator:
                 server.count_refused_sweeps(1)
             else:
                 server.send_split("sweep", checker.sweep, out_ms, back_ms)
+                sent_at = t + out_ms
             checker.k += 1
             checker.t = t + out_ms + back_ms
             checker.send = False
@@ -348,6 +356,18 @@ class SweepCoordinator:
             if t_next != t:
                 break
             heappop(plan)  # that check is taken now (its worker is planned again after it)
+        if sent_at is not None and sent_at < NEVER_MS:
+            # A check sent reaches Redis (a NORMAL event) before any check planned for then or later, and
+            # it arms the plan there, once it has changed the key or not: a tick armed now would mostly go
+            # stale (the plan made before the key moves), so arm now only a check due before it.
+            while plan:
+                t_next, wid, version = plan[0]
+                found = checkers.get(wid)
+                if found is not None and found.version == version:
+                    if t_next >= sent_at:
+                        return
+                    break
+                heappop(plan)
         self._arm()
 
 
