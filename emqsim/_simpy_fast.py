@@ -16,7 +16,13 @@ from typing import Any
 import simpy
 from simpy.events import NORMAL, URGENT
 
-__all__ = ["NORMAL", "URGENT", "Tick", "clock", "replier"]
+__all__ = ["CHECKS", "NORMAL", "URGENT", "Tick", "clock", "replier"]
+
+# The place of a worker's stalled-check steps (its send, the reading of its reply) among the events of their
+# millisecond: priority CHECKS + worker id, i.e. after every URGENT and NORMAL event due then (what those
+# cause in the same millisecond included), the workers in id order. A fixed rule, not the order in which the
+# steps were scheduled, so that a worker's checks are a sequence computable ahead (`checks.SweepCoordinator`).
+CHECKS = 2
 
 
 def clock(env: simpy.Environment) -> Callable[[], Any]:

@@ -29,7 +29,8 @@ from emqsim.units import to_ms
 ALIVE, FROZEN, BLOCKED, DEAD = "alive", "frozen", "blocked", "dead"
 RTT_BLOCK = 256  # round trips drawn at once (a fixed block size keeps the draws reproducible)
 Proc = Generator[simpy.Event, Any, Any]
-# Private switch for tests: False runs every timer as the plain SimPy process it stands for (same results).
+# Private switch for tests: False runs every timer as the plain SimPy process it stands for, and every stalled
+# check of a worker one by one (same results).
 _ELISION = True
 
 
@@ -50,6 +51,7 @@ class Client:
     wid: int
     state: str = ALIVE
     resume_event: simpy.Event | None = None
+    on_state: Callable[[], None] | None = None  # see state_changed
 
     def __init__(self, sim: ClientHost, net_rng: np.random.Generator, loss_rng: np.random.Generator) -> None:
         self.sim = sim
@@ -178,11 +180,36 @@ class Client:
 
     def start_sweeper(self, first_ms: int) -> None:
         """Start the sweep timer (`sweeper`): as the callback-driven `_SweepTimer` when requests are not lost
-        (the same steps in the same places of the event order, without a generator), else as a process."""
+        (the same steps in the same places of the event order, without a generator), else as a process. A
+        worker's stalled checks run otherwise (`Worker.start_sweeper`, `emqsim.checks`)."""
         if _ELISION and (self._loss <= 0 or not self._loss_all):
             _SweepTimer(self, first_ms)
         else:
             self.env.process(self.sweeper(first_ms))
+
+    def route_at(self, now: int, rtt_ms: int, outages: list[tuple[int, int, int]]) -> tuple[int, int]:
+        """`route` for a request sent at `now` (any time, past or to come) past `outages` (this client's, or
+        the part of them not over before `now`); changes nothing."""
+        out_ms = rtt_ms // 2
+        back_ms = rtt_ms - out_ms
+        if not outages or now + rtt_ms < outages[0][0]:
+            return out_ms, back_ms
+        sent = now
+        for start, _, back in outages:
+            if start <= sent < back or sent < start <= sent + out_ms:
+                sent = back
+        arrive = sent + out_ms
+        read = arrive + back_ms
+        for start, _, back in outages:
+            if arrive < start <= read or (start <= arrive < back):
+                read = max(read, back + rtt_ms)
+        return arrive - now, read - arrive
+
+    def state_changed(self) -> None:
+        """Tell whoever plans this client's stalled checks ahead (`emqsim.checks`) that its state changed
+        (frozen, blocked, alive again, dead); called right after the change."""
+        if self.on_state is not None:
+            self.on_state()
 
     def sweeper(self, first_ms: int) -> Proc:
         """Run the policy's sweep on a timer: once at `first_ms`, then every interval after each run."""

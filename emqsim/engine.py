@@ -393,7 +393,7 @@ class Simulation:
                 first = phase if wid == incumbent else phase + offset
             if not restarted:
                 first = self.timer_phases.get(("sweep", wid), first)  # explore sets the phases it searches
-            worker.start_sweeper(first)
+            worker.start_sweeper(first, self._rng("network", wid, 2))  # its checks' own round trips
         for _ in range(self.scenario.concurrency):
             self.env.process(worker.slot())
         faults = self.scenario.random_faults
@@ -477,6 +477,8 @@ class Simulation:
             attempts = []
             for job_id, final in ledger.open_jobs():
                 self.job_sink(final, self._arrival_of[job_id], end_ms / 1000)
+        if server.rate_limit_watcher is not None:
+            server.rate_limit_watcher.flush()  # the refused stalled checks it has not counted yet
         redis_commands = server.store.commands_executed
         keys = server.keys
         x = server.store.execute

@@ -25,8 +25,11 @@ from typing import Any, Literal
 # the slot's next job in the same step (`fetch_next`, BullMQ's moveToFinished), so its runs change; the golden
 # corpus holds the new standard scenarios (memory-pressure, stuck-connection, failover, finish-takes-next,
 # child-crash, silent-partition, resent-finish); a failover (`Outage.lost_writes`) loses every write of its lag
-# window, not only lock writes (changes runs with lost_writes; none was in the corpus).
-RESULTS_SCHEMA = 6
+# window, not only lock writes (changes runs with lost_writes; none was in the corpus). 7: a worker's stalled
+# checks draw their round trips from a stream of their own ("network", wid, 2) and each of their steps runs
+# after every other event of its millisecond, workers in id order (issue 27's sweep coordinator counts the
+# refused ones without simulating them), so every run whose workers run the stalled check changes.
+RESULTS_SCHEMA = 7
 
 WorkerState = Literal["alive", "frozen", "blocked", "disconnected", "dead"]
 

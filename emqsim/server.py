@@ -46,6 +46,16 @@ class ServerHost(Protocol):
         ...
 
 
+class RateLimitWatcher(Protocol):
+    """Who plans the workers' stalled checks ahead (`checks.SweepCoordinator`): told when the stalled-check
+    key changes other than by expiring (a sweep that passed, a failover, a maxmemory eviction), and asked to
+    count the refused checks it has not counted yet before the run's counters are read."""
+
+    def key_changed(self, expire_at: int | None) -> None: ...
+
+    def flush(self) -> None: ...
+
+
 class Connection(Protocol):
     """A worker as Redis sees it: its connection, its outages, and where a take's job goes."""
 
@@ -159,6 +169,12 @@ class Server:
         self._reply = replier(env)
         self._tied: list[Callable[[], None]] = []
         self.resending = False  # a resent copy of a command that already ran is running (`resent`)
+        self.rate_limit_watcher: RateLimitWatcher | None = None  # see RateLimitWatcher
+
+    def _rate_limit_changed(self) -> None:
+        """Tell the watcher (if any) the stalled-check key's expiry now (None: the key is gone)."""
+        if self.rate_limit_watcher is not None:
+            self.rate_limit_watcher.key_changed(self.store.expire_at(self.keys.stalled_check))
 
     # -- transport ---------------------------------------------------------------------------------------
     def send(self, kind: str, op: Callable[[int], Any], rtt_ms: int, lost: bool) -> simpy.Event:
@@ -461,6 +477,7 @@ class Server:
                 self.ledger.lock_restored(
                     now, job_id, token or "", expiry / 1000 if alive and expiry else None
                 )
+        self._rate_limit_changed()  # the stalled-check key may be back to its earlier state, or gone
         steps, self.window_steps = self.window_steps, []
         undone: list[tuple[str, str]] = []
         for kind, job_id in steps:
@@ -513,10 +530,20 @@ class Server:
         self.store.count_command("EXISTS")
         return True
 
+    def count_refused_sweeps(self, n: int) -> None:
+        """Count `n` sweeps refused by the rate limit (one request and one `EXISTS` each) at once: the ones a
+        sweep coordinator worked out without sending them (see `sweep_refused`)."""
+        self.requests["sweep"] = self.requests.get("sweep", 0) + n
+        store = self.store
+        store.commands_executed += n
+        store.command_counts["EXISTS"] += n
+
     def sweep(self, by: str, now: int) -> SweepReply:
         if self.readonly and self.refused(now):
             return SweepReply(skipped=True)  # READONLY: the stalled check fails; the next one comes as usual
         reply = self.policy.sweep(self.queue, now)
+        if not reply.skipped and self.rate_limit_watcher is not None:
+            self._rate_limit_changed()  # it passed: the rate limit is set anew
         if not reply.skipped and not self.streaming:  # a sweep turned away by the rate limit: no record
             self.ledger.sweep(now, by, reply.skipped, reply.reclaimed, reply.failed, len(reply.marked))
         for job_id in reply.reclaimed:
@@ -553,6 +580,8 @@ class Server:
 
     def _on_memory_evict(self, key: str, value: object, now: int) -> None:
         """maxmemory evicted `key`: a lock (its token is the value) is a `memory_evicted` lock event."""
+        if key == self.keys.stalled_check and self.rate_limit_watcher is not None:
+            self.rate_limit_watcher.key_changed(None)  # the rate limit is gone (deleted right after this)
         if not self.record_locks:
             return
         job_id = self.keys.job_id_of_lock(key)

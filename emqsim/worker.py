@@ -19,6 +19,7 @@ import simpy
 
 from emqsim import client as _client
 from emqsim._simpy_fast import URGENT, Tick
+from emqsim.checks import start_checks
 from emqsim.client import ALIVE, BLOCKED, DEAD, FROZEN, Client, ClientHost, Proc, _ended
 from emqsim.ledger import AttemptDraft
 from emqsim.server import LOST
@@ -213,12 +214,14 @@ class Worker(Client):
         if self.state != ALIVE:
             return
         self.state = BLOCKED
+        self.state_changed()
         self.resume_event = self.env.event()
         self._event("block", f"{duration_ms / 1000:g} s")
         yield self.env.timeout(duration_ms)
         if self.state != BLOCKED:
             return
         self.state = ALIVE
+        self.state_changed()
         self._event("unblock")
         self.resume_event.succeed()
 
@@ -233,6 +236,7 @@ class Worker(Client):
         if self.state != ALIVE:
             return
         self.state = FROZEN
+        self.state_changed()
         self.frozen_since = int(self.env.now)
         self.resume_event = self.env.event()
         self._event("freeze", f"{duration_ms / 1000:g} s")
@@ -240,6 +244,7 @@ class Worker(Client):
         if self.state != FROZEN:
             return
         self.state = ALIVE
+        self.state_changed()
         self.frozen_ms += int(self.env.now) - self.frozen_since
         self.frozen_since = None
         self._event("resume")
@@ -252,6 +257,7 @@ class Worker(Client):
         if restart_after_ms is not None:
             self.restart_after_ms = restart_after_ms
         self.state = DEAD
+        self.state_changed()
         now = int(self.env.now)
         self._event("crash")
         ledger = self.sim.ledger
@@ -459,6 +465,14 @@ class Worker(Client):
                 return None
             if got is not None and got is not LOST:
                 return token
+
+    def start_sweeper(self, first_ms: int, check_rng: np.random.Generator | None = None) -> None:
+        """Start the worker's stalled checks (`emqsim.checks`, `check_rng`: their own round trips) when its
+        requests are not lost; else (or without `check_rng`) the client's sweep timer, as the reaper's."""
+        if check_rng is not None and (self._loss <= 0 or not self._loss_all):
+            start_checks(self, first_ms, check_rng)
+        else:
+            super().start_sweeper(first_ms)
 
     def start_lock_manager(self, first_ms: int) -> None:
         """Start the lock manager (`lock_manager`), as the callback-driven `_LockManager` (same steps)."""

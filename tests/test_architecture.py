@@ -49,7 +49,7 @@ CORE: list[tuple[str, list[str]]] = [
     ("protocol", ["emqsim.protocol"]),
     ("policies", ["emqsim.policies", "emqsim.presets", "emqsim.ledger", "emqsim.user_code"]),
     ("server", ["emqsim.server"]),
-    ("workers", ["emqsim.client", "emqsim.worker"]),
+    ("workers", ["emqsim.client", "emqsim.checks", "emqsim.worker"]),
     ("engine", ["emqsim.engine"]),
     ("stats", ["emqsim.stats", "emqsim.analytic", "emqsim.analytic_stalls", "emqsim.fencing"]),
     ("summaries", ["emqsim.summaries"]),
