@@ -101,6 +101,7 @@ class Simulation:
         pressure = [f for f in scenario.faults if isinstance(f, MemoryPressure)]
         self.memory: MemoryPressure | None = pressure[-1] if pressure else None
         self._failovers_left = len(self.failovers)
+        self._lag_windows_open = 0  # failovers whose lag window has begun: the run cannot end before them
         self.env = simpy.Environment()
         self.ledger = Ledger(record_locks=record_locks and job_sink is None, streaming=job_sink is not None)
         self.server = Server(
@@ -175,6 +176,7 @@ class Simulation:
             and self.arrived == self.scenario.jobs
             and self.server.settled + len(self.server.lost_jobs) == self.scenario.jobs
             and self.executing == 0
+            and not self._lag_windows_open  # a failover to come may undo a finish of its window
         ):
             self.done.succeed()
 
@@ -311,10 +313,12 @@ class Simulation:
         if at_ms - lag_ms > 0:
             yield self.env.timeout(at_ms - lag_ms)
         self.server.start_lag_window()  # (a window from before the run's start: at once, before any add)
+        self._lag_windows_open += 1
         yield self.env.timeout(at_ms - int(self.env.now))
         for kind, job_id in self.server.fail_over():
             if kind == "settled":
                 self._settled_open.discard(job_id)
+        self._lag_windows_open -= 1
         self._failovers_left -= 1
         if not self._failovers_left and self.job_sink is not None:
             for job_id in list(self._settled_open):

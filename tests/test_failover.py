@@ -145,3 +145,18 @@ def test_readonly_from_toml_and_flags(tmp_path) -> None:
     assert (
         bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--failover-lag" in bad.stderr
     )
+
+
+def test_a_run_does_not_end_while_a_failover_can_still_undo_its_last_finish() -> None:
+    # one job, finished at about 20 s, inside the lag window of a failover at 20.5 s: the failover puts it back
+    # in `active`, its lock lapses and it runs again (the run used to end at the finish, before the failover)
+    run = _run(at=20.5, lag=1.0, workers=1, jobs=1)
+    assert [a.outcome for a in run.attempts] == ["completed", "duplicate_completion"]
+    assert run.attempts[0].finish_applied_at < 20.5 < run.attempts[1].taken_at
+    assert run.ended_by == "done" and run.end > 20.5
+
+
+def test_a_failover_whose_window_opens_after_the_last_finish_does_not_hold_the_run() -> None:
+    run = _run(at=60.0, lag=1.0, workers=1, jobs=1)  # the window opens at 59 s; the job finished at about 20 s
+    assert [a.outcome for a in run.attempts] == ["completed"]
+    assert run.ended_by == "done" and run.end < 59.0
