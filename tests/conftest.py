@@ -25,6 +25,25 @@ def need_redis() -> None:
         pytest.skip(INSTALL_HINT)
 
 
+@pytest.fixture(scope="session")
+def need_bullmq() -> None:
+    """Skip a test that runs real BullMQ when node, validation/bullmq's node_modules or redis-server are missing
+    (fail instead with EMQSIM_REQUIRE_BULLMQ=1)."""
+    import sys
+
+    validation = str(Path(__file__).resolve().parents[1] / "validation")
+    if validation not in sys.path:
+        sys.path.insert(0, validation)
+    import validate_bullmq
+
+    reason = validate_bullmq.requirements_missing()
+    if reason is None:
+        return
+    if os.environ.get("EMQSIM_REQUIRE_BULLMQ") == "1":
+        pytest.fail(f"EMQSIM_REQUIRE_BULLMQ=1 but {reason}")
+    pytest.skip(reason)
+
+
 STEADY_ATTEMPTS = 3
 # The live tests' timing margin: 150 ms real (MARGIN in test_live and test_live_outages).
 STEADY_MARGIN_S = 0.15

@@ -34,7 +34,6 @@ missing; EMQSIM_REQUIRE_BULLMQ=1 turns the skip into a failure.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -61,18 +60,8 @@ def real(test: Any) -> Any:
     return pytest.mark.redis(pytest.mark.slow(test))
 
 
-def _need_real() -> None:
-    reason = vb.requirements_missing()
-    if reason is None:
-        return
-    if os.environ.get("EMQSIM_REQUIRE_BULLMQ") == "1":
-        pytest.fail(f"EMQSIM_REQUIRE_BULLMQ=1 but {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
-def session(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    _need_real()
+def session(tmp_path_factory: pytest.TempPathFactory, need_bullmq: None) -> dict[str, Any]:
     rng = np.random.default_rng(2024)
     crashes = vb.plan_crashes(CRASHES, vb.CRASH_AFTER, rng)
     freezes = [

@@ -238,12 +238,7 @@ def _run_session(sock: str, workdir: Path) -> list[Victim]:
 
 
 @pytest.fixture(scope="module")
-def session(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    reason = vb.requirements_missing()
-    if reason is not None:
-        if os.environ.get("EMQSIM_REQUIRE_BULLMQ") == "1":
-            pytest.fail(f"EMQSIM_REQUIRE_BULLMQ=1 but {reason}")
-        pytest.skip(reason)
+def session(tmp_path_factory: pytest.TempPathFactory, need_bullmq: None) -> dict[str, Any]:
     with vb.real_redis(tmp_path_factory.mktemp("bullmq-client")) as (sock, workdir):
         t0 = time.time()
         victims = _run_session(sock, workdir)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import threading
 import time
@@ -168,12 +167,7 @@ def _first_attempts_over(events: list[dict[str, Any]], plan: list[dict[str, Any]
 
 
 @pytest.fixture(scope="module")
-def session(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    reason = vb.requirements_missing()
-    if reason is not None:
-        if os.environ.get("EMQSIM_REQUIRE_BULLMQ") == "1":
-            pytest.fail(f"EMQSIM_REQUIRE_BULLMQ=1 but {reason}")
-        pytest.skip(reason)
+def session(tmp_path_factory: pytest.TempPathFactory, need_bullmq: None) -> dict[str, Any]:
     with vb.one_session_at_a_time():
         t0 = time.time()
         result = _run_session(tmp_path_factory.mktemp("bullmq-eviction"))

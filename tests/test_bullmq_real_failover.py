@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import threading
 import time
@@ -181,12 +180,7 @@ def _run_session(workdir: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def session(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    reason = vb.requirements_missing()
-    if reason is not None:
-        if os.environ.get("EMQSIM_REQUIRE_BULLMQ") == "1":
-            pytest.fail(f"EMQSIM_REQUIRE_BULLMQ=1 but {reason}")
-        pytest.skip(reason)
+def session(tmp_path_factory: pytest.TempPathFactory, need_bullmq: None) -> dict[str, Any]:
     with vb.one_session_at_a_time():
         t0 = time.time()
         result = _run_session(tmp_path_factory.mktemp("bullmq-failover"))

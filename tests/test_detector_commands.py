@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_user_detector import run  # the CLI in-process: (exit status, stdout, stderr)
 
-from emqsim.cli import main
 from emqsim.explore import FaultSpec, _metric_ms, explore, space
 from emqsim.tune import Limits, SearchSpace, Workload, report, to_json_dict, tune
 from emqsim.user_code import detector
@@ -25,15 +25,6 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     shutil.copy(PHI, tmp_path / "my_detector.py")
     return tmp_path
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 2
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # -- explore ----------------------------------------------------------------------------------------------------

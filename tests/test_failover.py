@@ -157,6 +157,7 @@ def test_a_run_does_not_end_while_a_failover_can_still_undo_its_last_finish() ->
 
 
 def test_a_failover_whose_window_opens_after_the_last_finish_does_not_hold_the_run() -> None:
-    run = _run(at=60.0, lag=1.0, workers=1, jobs=1)  # the window opens at 59 s; the job finished at about 20 s
+    # the window opens at 59 s; the job finished at about 20 s
+    run = _run(at=60.0, lag=1.0, workers=1, jobs=1)
     assert [a.outcome for a in run.attempts] == ["completed"]
     assert run.ended_by == "done" and run.end < 59.0
