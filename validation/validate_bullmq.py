@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
-import ctypes.util
 import heapq
 import itertools
 import json
@@ -67,6 +65,7 @@ from emqsim.live.clockwatch import ClockWatch, Steadiness, until_steady
 from emqsim.live.server import PrivateRedis, redis_server_path
 from emqsim.policies import LeasePolicy, ReclaimPolicy, RenewalRule
 from emqsim.presets import preset
+from emqsim.processes import kill_group, set_parent_death_signal
 from emqsim.scenario import Scenario
 from emqsim.stats import mean_ci, wilson_ci
 
@@ -86,12 +85,6 @@ FREEZE_LENGTHS = (1.2, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 2.0, 2.2, 2.5)
 # a freeze's lock (it has at least that long left at the resume); rounds that saw a longer one are run again.
 STEADY_MARGIN = 0.1
 STEADY_ATTEMPTS = 3  # rounds the machine disturbed are run again, at most this many times in all
-
-_LIBC = (
-    ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True) if sys.platform == "linux" else None
-)
-_PRCTL = _LIBC.prctl if _LIBC is not None else None  # resolved now: the forked child only calls it
-_PR_SET_PDEATHSIG = 1
 
 
 # -- what is needed --------------------------------------------------------------------------------------------
@@ -175,12 +168,6 @@ def plan_freezes(
 
 
 # -- real processes --------------------------------------------------------------------------------------------
-def _die_with_parent() -> None:
-    """preexec_fn: the child gets SIGKILL when the spawning thread dies (Linux PR_SET_PDEATHSIG)."""
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-
-
 def _lowest_priority_dying_with_parent() -> None:
     """preexec_fn of a victim whose processor spins: nice 19, so that its busy loop, however many run at
     once, never keeps redis-server, the sweepers or the harness from a core (a renewal the victim sent just
@@ -192,14 +179,7 @@ def _lowest_priority_dying_with_parent() -> None:
     # (no autogroup file: the scheduler has no autogroups to weigh)
     with contextlib.suppress(OSError), open("/proc/self/autogroup", "w") as autogroup:
         autogroup.write("19")
-    _die_with_parent()
-
-
-def _kill_group(proc: subprocess.Popen[Any]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=5)
+    set_parent_death_signal()
 
 
 class NodeProcess:
@@ -226,7 +206,7 @@ class NodeProcess:
             text=True,
             bufsize=1,
             start_new_session=True,
-            preexec_fn=_lowest_priority_dying_with_parent if spins else _die_with_parent,
+            preexec_fn=_lowest_priority_dying_with_parent if spins else set_parent_death_signal,
         )
         self.pid = self.proc.pid
         self.reader = threading.Thread(target=self._read, name=f"read-{name}", daemon=True)
@@ -255,7 +235,7 @@ class NodeProcess:
         return t
 
     def kill(self) -> None:
-        _kill_group(self.proc)
+        kill_group(self.proc, wait=5)
         self._log.close()
 
 
