@@ -41,20 +41,29 @@ class DetectorBlocked(TimeoutError, ConfigError):
     """A detector's `suspect()` ran longer than its `answer_within` real seconds: the run is stopped."""
 
 
-# thread ident -> (monotonic start, limit, last interrupt or 0.0) of the suspect() call running in that thread
-_calls: dict[int, tuple[float, float, float]] = {}
-_watcher: threading.Thread | None = None
-_handler_installed = False
-_previous_handler: Any = None
-_lock = threading.Lock()
+class _State:
+    """The process's watchdog state, in one object whose attributes change, never the module's own names: the
+    grader's guard (emqsim.grading.guard) refuses answers that rebind emqsim's module attributes, and a
+    student's detector run in an answer cell starts the watcher."""
+
+    def __init__(self) -> None:
+        # thread ident -> (monotonic start, limit, last interrupt or 0.0) of the suspect() call in that thread
+        self.calls: dict[int, tuple[float, float, float]] = {}
+        self.watcher: threading.Thread | None = None
+        self.handler_installed = False
+        self.previous_handler: Any = None
+        self.lock = threading.Lock()
+
+
+_state = _State()
+_calls = _state.calls  # the same dict, for reading
 
 
 def _after_fork() -> None:
     """A forked child has none of its parent's threads: its watcher starts again at its first call."""
-    global _watcher, _lock
-    _watcher = None
-    _calls.clear()
-    _lock = threading.Lock()
+    _state.watcher = None
+    _state.calls.clear()
+    _state.lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_after_fork)
@@ -62,7 +71,7 @@ os.register_at_fork(after_in_child=_after_fork)
 
 def call(suspect: Callable[[str, float], Any], job: str, now: float, limit: float, started: float) -> Any:
     """`suspect(job, now)`, interrupted if it runs longer than `limit` real seconds from `started` (monotonic)."""
-    if _watcher is None:
+    if _state.watcher is None:
         _start()
     ident = threading.get_ident()
     _calls[ident] = (started, limit, 0.0)
@@ -80,35 +89,33 @@ def call(suspect: Callable[[str, float], Any], job: str, now: float, limit: floa
 
 
 def _start() -> None:
-    global _watcher
-    with _lock:
-        if _watcher is not None:
+    with _state.lock:
+        if _state.watcher is not None:
             return
         if threading.current_thread() is threading.main_thread():
             _install_handler()
         thread = threading.Thread(target=_watch, name="emqsim-detector-watchdog", daemon=True)
         thread.start()
-        _watcher = thread
+        _state.watcher = thread
 
 
 def _install_handler() -> None:
     """SIGUSR1 raises `Blocked` in the main thread while one of its calls is over its limit (main thread only)."""
-    global _handler_installed, _previous_handler
-    if _handler_installed or SIGNAL is None:
+    if _state.handler_installed or SIGNAL is None:
         return
     try:
-        _previous_handler = signal.signal(SIGNAL, _on_signal)
+        _state.previous_handler = signal.signal(SIGNAL, _on_signal)
     except (ValueError, OSError):  # not the main thread after all, or an embedding that forbids it
         return
-    _handler_installed = True
+    _state.handler_installed = True
 
 
 def _on_signal(signum: int, frame: Any) -> None:
     entry = _calls.get(threading.main_thread().ident or 0)
     if entry is not None and time.monotonic() - entry[0] > entry[1]:
         raise Blocked
-    if callable(_previous_handler):  # a SIGUSR1 from elsewhere, for whoever handled it before
-        _previous_handler(signum, frame)
+    if callable(_state.previous_handler):  # a SIGUSR1 from elsewhere, for whoever handled it before
+        _state.previous_handler(signum, frame)
 
 
 def _watch() -> None:
@@ -128,7 +135,7 @@ def _interrupt(ident: int) -> None:
     """Raise `Blocked` in thread `ident`: by a signal in the main thread (it also ends a sleep), else by an
     asynchronous exception (Python code only)."""
     main = ident == threading.main_thread().ident
-    if main and SIGNAL is not None and _handler_installed and signal.getsignal(SIGNAL) is _on_signal:
+    if main and SIGNAL is not None and _state.handler_installed and signal.getsignal(SIGNAL) is _on_signal:
         signal.pthread_kill(ident, SIGNAL)
         return
     import ctypes  # here, not at import: most processes never need it

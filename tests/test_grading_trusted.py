@@ -10,6 +10,7 @@ import sys
 import threading
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -256,3 +257,35 @@ def test_reading_a_notebook_puts_off_the_iri_grammar_and_keeps_its_checks() -> N
     deferred, answers = run(read + seen + check)
     assert deferred == "False"
     assert answers == run(check)[0] == "[True, False, False, True]"  # as without the stand-in
+
+
+def test_a_detector_simulated_in_an_answer_cell_is_not_a_change_to_emqsim(tmp_path: Path) -> None:
+    """Running a `Detector` starts the blocked-call watchdog (emqsim.watchdog), in an answer cell too: the
+    checks' guard against answers that modify emqsim does not take that for a change, in a fresh process per
+    test cell or in one process that forks at each."""
+    nbformat = pytest.importorskip("nbformat")
+    from emqsim.grading import run_checks, run_checks_in_order
+
+    def cell(source: str, grade_id: str, **meta: Any) -> Any:
+        made = nbformat.v4.new_code_cell(source)
+        made.metadata["nbgrader"] = {"grade": False, "solution": False, "locked": False, "grade_id": grade_id,
+                                     "schema_version": 3, **meta}  # fmt: skip
+        return made
+
+    answer = (
+        "from emqsim import Detector, simulate, standard\n"
+        "class Never(Detector):\n"
+        "    def suspect(self, job, now):\n"
+        "        return False\n"
+        "run = simulate(standard('fast-dead'), Never(), seed=1)\n"
+    )
+    nb = nbformat.v4.new_notebook(
+        cells=[cell(answer, "q1", solution=True), cell("", "t1", grade=True, points=1)]
+    )
+    for index, made in enumerate(nb.cells):
+        made.id = f"c{index}"
+    path = tmp_path / "detector.ipynb"
+    nbformat.write(nb, path)
+    checks = "assert run.jobs == 1"
+    assert run_checks(path, "t1", ["run"], checks, timeout=120).ok
+    assert run_checks_in_order(path, [("t1", ["run"], checks)], timeout=120)["t1"].ok
