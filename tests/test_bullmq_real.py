@@ -257,7 +257,7 @@ def test_rounds_the_machine_disturbed_are_run_again_under_fresh_names(monkeypatc
     paused = Steadiness(stall=0.01, clock_step=11.2, watched=30.0)  # e.g. a VM resumed, its clock stepped
     seen: list[list[str]] = []
 
-    def fake(socket_path, workdir, rounds, seed, outcomes):
+    def fake(socket_path, workdir, rounds, seed, indices, outcomes):
         seen.append([r.name for r in rounds])
         steadiness = outcomes[len(seen) - 1]
         return [vb.RoundResult(r.settings, r.survivors, [], [], 30.0, steadiness) for r in rounds]
@@ -275,10 +275,28 @@ def test_rounds_the_machine_disturbed_are_run_again_under_fresh_names(monkeypatc
     seen.clear()
     monkeypatch.setattr(vb, "run_rounds", lambda *a: fake(*a, outcomes=[paused] * vb.STEADY_ATTEMPTS))
     with pytest.raises(
-        RuntimeError, match="all 3 attempts were disturbed; the last: .*stepped by up to 11200 ms"
+        RuntimeError,
+        match=f"all {vb.STEADY_ATTEMPTS} attempts were disturbed; the last: .*stepped by up to 11200 ms",
     ):
         vb.run_steady_rounds("sock", Path("."), specs, seed=1)
     assert len(seen) == vb.STEADY_ATTEMPTS
+
+    # only the disturbed round runs again, drawing what it drew beside the others; the steady one is kept
+    seen.clear()
+    drawn: list[list[int]] = []
+
+    def one_disturbed(socket_path, workdir, rounds, seed, indices):
+        seen.append([r.name for r in rounds])
+        drawn.append(list(indices))
+        watch = {"crash": paused}
+        return [
+            vb.RoundResult(r.settings, r.survivors, [], [], 30.0, watch.get(r.name, calm)) for r in rounds
+        ]
+
+    monkeypatch.setattr(vb, "run_rounds", one_disturbed)
+    results = vb.run_steady_rounds("sock", Path("."), specs, seed=1)
+    assert seen == [["crash", "freeze"], ["crash-retry1"]] and drawn == [[0, 1], [0]]
+    assert [r.steadiness for r in results] == [calm, calm]
 
 
 def test_rounds_whose_harness_ran_late_are_run_again(monkeypatch, capsys) -> None:
@@ -319,7 +337,7 @@ def test_rounds_whose_harness_ran_late_are_run_again(monkeypatch, capsys) -> Non
     seen: list[str] = []
     outcomes = [late, on_time]
 
-    def fake(socket_path, workdir, rounds, seed):
+    def fake(socket_path, workdir, rounds, seed, indices):
         seen.append(rounds[0].name)
         return [
             vb.RoundResult(r.settings, r.survivors, outcomes[len(seen) - 1], [], 30.0, calm) for r in rounds
