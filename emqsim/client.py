@@ -110,20 +110,7 @@ class Client:
         outages = self.outages
         while outages and outages[0][2] <= now:
             outages.pop(0)
-        out_ms = rtt_ms // 2
-        back_ms = rtt_ms - out_ms
-        if not outages or now + rtt_ms < outages[0][0]:
-            return out_ms, back_ms  # the windows are sorted and disjoint: none touches this round trip
-        sent = now
-        for start, _, back in outages:
-            if start <= sent < back or sent < start <= sent + out_ms:
-                sent = back  # queued (or dropped on the way) until the reconnect, then resent
-        arrive = sent + out_ms
-        read = arrive + back_ms
-        for start, _, back in outages:
-            if arrive < start <= read or (start <= arrive < back):
-                read = max(read, back + rtt_ms)
-        return arrive - now, read - arrive
+        return self.route_at(now, rtt_ms, outages)
 
     def resent_after(self, rtt_ms: int) -> int | None:
         """With `Network.resend_twice`: ms from now until the resent copy of a request sent now reaches Redis,
@@ -193,11 +180,11 @@ class Client:
         out_ms = rtt_ms // 2
         back_ms = rtt_ms - out_ms
         if not outages or now + rtt_ms < outages[0][0]:
-            return out_ms, back_ms
+            return out_ms, back_ms  # the windows are sorted and disjoint: none touches this round trip
         sent = now
         for start, _, back in outages:
             if start <= sent < back or sent < start <= sent + out_ms:
-                sent = back
+                sent = back  # queued (or dropped on the way) until the reconnect, then resent
         arrive = sent + out_ms
         read = arrive + back_ms
         for start, _, back in outages:
