@@ -436,6 +436,25 @@ def freeze_lapse_probability(
     return float(np.clip((F - (L - B)) / B, 0.0, 1.0))
 
 
+def freeze_lapse_probabilities(
+    lease: float,
+    renewal: float | RenewalRule,
+    freezes: np.ndarray,
+    *,
+    rtt: float = DEFAULT_RTT,
+    resolution: float = MS,
+) -> np.ndarray:
+    """`freeze_lapse_probability` of every freeze in `freezes` at once, element for element the same floats
+    (tune averages it over thousands of sampled pauses per candidate)."""
+    L = _on_grid(lease, resolution)
+    F = np.asarray(freezes, dtype=float)
+    if resolution > 0:
+        # _on_grid: Python's round and NumPy's both round half to even
+        F = np.round(F / resolution) * resolution
+    B = renewal_period(renewal, rtt=rtt, resolution=resolution)
+    return np.clip((F - (L - B)) / B, 0.0, 1.0)
+
+
 def _clipped_ramp_mean(lo: float, hi: float, shift: float, P: float, resolution: float) -> float:
     """Mean of clip((u + shift) / P, 0, 1) for u uniform on the grid lo..hi (continuous if resolution=0)."""
     if resolution > 0:

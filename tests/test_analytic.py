@@ -215,6 +215,21 @@ def test_freeze_lapse_probability_ramps_from_lease_minus_beat_to_lease():
     assert freeze_lapse_probability(30, RenewalRule.bullmq(30), 30 - 7.502 / 2) == pytest.approx(0.5)
 
 
+def test_freeze_lapse_probabilities_are_the_scalar_ones_bit_for_bit():
+    # tune averages thousands of sampled pauses per candidate in one call; the floats must be the scalar's,
+    # half-millisecond ties (rounded half to even by both) included
+    from emqsim.analytic import freeze_lapse_probabilities
+
+    rng = np.random.default_rng(7)
+    freezes = np.concatenate([rng.exponential(20, 500), np.arange(0, 40, 0.0005)[::7], [0.0, 19.9995, 30.0]])
+    for lease, renewal in ((30, 10), (30, RenewalRule.bullmq(30)), (0.3, 0.1), (17.123, 4.567)):
+        for resolution in (0.001, 0):
+            one = [freeze_lapse_probability(lease, renewal, f, resolution=resolution) for f in freezes]
+            many = freeze_lapse_probabilities(lease, renewal, freezes, resolution=resolution)
+            assert np.array_equal(np.array(one), many)
+            assert float(np.mean(one)) == float(np.mean(many))
+
+
 def test_recreating_a_missing_lock_saves_most_lapsed_jobs():
     L, B, S = 30, 10, 5
     for F in (21, 25, 28, 30, 33, 40):

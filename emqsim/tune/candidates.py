@@ -179,7 +179,7 @@ def predict(
     lat = analytic.lease_detection(
         c.lease_s, rule, c.scan, two_phase=two_phase, swept_by=policy.swept_by, rtt=rtt
     )
-    lapse = float(np.mean([analytic.freeze_lapse_probability(c.lease_s, rule, f, rtt=rtt) for f in pauses]))
+    lapse = float(np.mean(analytic.freeze_lapse_probabilities(c.lease_s, rule, pauses, rtt=rtt)))
     pauses_per_job = w.pause_rate / 3600 * w.duration.mean()
     per_job = pauses_per_job * lapse
     if w.loss > 0:
