@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy import integrate
 
 from emqsim.distributions import Distribution
 from emqsim.faults import reconnect_after_ms
@@ -399,6 +398,8 @@ def timeout_false_reclaim_probability(
 
     def weight(w: float) -> float:  # density of the window length at which the sweeps are first hit
         return sweepers * (1 - w / P) ** (sweepers - 1) / P
+
+    from scipy import integrate  # here, not at the top: importing scipy.integrate costs every command ~0.5 s
 
     points = [x - T1 for x in _breakpoints(duration) if 0 < x - T1 < P]
     value, _ = integrate.quad(

@@ -185,6 +185,22 @@ def test_version_and_help():
     assert out.returncode == 0 and "examples:" in out.stdout and "--lease" in out.stdout
 
 
+def test_commands_start_without_scipys_heavy_subpackages():
+    """Every command and pool worker starts by importing emqsim and the CLI: scipy.integrate, scipy.optimize
+    and scipy.stats cost about half a second each and only a few functions use them, which import them
+    themselves (a sweep with its defaults needs none of them)."""
+    code = (
+        "import sys, runpy\n"
+        "sys.argv = ['emqsim', 'sweep', '--lease', '30', '--beat', '10', '--replications', '2', '--jobs', '1']\n"
+        "try:\n    runpy.run_module('emqsim', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "heavy = ('scipy.integrate', 'scipy.optimize', 'scipy.stats')\n"
+        "print(sorted(m for m in sys.modules if m in heavy), file=sys.stderr)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "lease" in out.stdout, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1] == "[]", out.stderr[-2000:]
+
+
 def test_progress_bar_only_on_a_terminal(capsys):
     code, _, err = run_cli(
         capsys, "sweep", "--scenario", "fast-dead", "--timeout", "600", "--replications", "2", "--jobs", "1"
