@@ -72,9 +72,11 @@ def bootstrap_interval(
     return Metric(value, float(lo), float(hi))
 
 
-def _p99(groups: Sequence[Sequence[float]]) -> float | None:
-    pooled = [x for g in groups for x in g]
-    return float(np.percentile(pooled, 99)) if pooled else None
+def _p99(groups: Sequence[Sequence[float] | np.ndarray]) -> float | None:
+    """The 99th percentile of the groups' values pooled in order (NumPy arrays pool fastest: the bootstrap
+    calls this a thousand times per candidate)."""
+    pooled = np.concatenate([np.asarray(g, dtype=float) for g in groups]) if groups else np.empty(0)
+    return float(np.percentile(pooled, 99)) if pooled.size else None
 
 
 # -- measuring a candidate --------------------------------------------------------------------------------------
@@ -92,7 +94,7 @@ def measure(c: Candidate, runs: Sequence[RunSummary], limits: Limits, w: Workloa
     c.metrics["detection_mean"] = ratio_interval(
         [math.fsum(s.detection_latencies) for s in runs], [len(s.detection_latencies) for s in runs], level
     )
-    latencies: list[Sequence[float]] = [s.detection_latencies for s in runs]
+    latencies: list[np.ndarray] = [np.asarray(s.detection_latencies, dtype=float) for s in runs]
     c.metrics["detection_p99"] = bootstrap_interval(latencies, _p99, level, seed)
     c.metrics["requests_per_s"] = ratio_interval([s.requests for s in runs], [s.end for s in runs], level)
     c.metrics["undetected"] = Metric(float(sum(s.undetected for s in runs)))

@@ -222,9 +222,12 @@ def _paired_objective(i: int, j: int, runner: _Runner, n: int, limits: Limits, s
             if x.detection_latencies and y.detection_latencies
         ]
         return paired_interval(diffs, level)
-    pairs = [(x.detection_latencies, y.detection_latencies) for x, y in zip(a, b, strict=True)]
+    pairs = [
+        (np.asarray(x.detection_latencies, dtype=float), np.asarray(y.detection_latencies, dtype=float))
+        for x, y in zip(a, b, strict=True)
+    ]
 
-    def stat(groups: list[tuple[list[float], list[float]]]) -> float | None:
+    def stat(groups: list[tuple[np.ndarray, np.ndarray]]) -> float | None:
         pa = _p99([g[0] for g in groups])
         pb = _p99([g[1] for g in groups])
         return None if pa is None or pb is None else pa - pb
