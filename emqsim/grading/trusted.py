@@ -71,6 +71,7 @@ class Channel:
         self.next_id = 0
         self.broken: str | None = None
         self.calls = 0
+        self._methods: dict[type, list[str]] = {}  # public methods of each exported type, listed once
 
     # -- the loop ---------------------------------------------------------------------------------------------
     def request(self, op: str, **fields: Any) -> Any:
@@ -305,13 +306,16 @@ class Channel:
             return {"$tfn": self._register(value)}
         if not _exportable(value):
             raise WireError(f"cannot hand a {type(value).__name__} to the student's code")
-        methods = sorted(
-            name
-            for name in dir(type(value))
-            if not name.startswith("_")
-            and callable(getattr(type(value), name, None))
-            and not isinstance(getattr(type(value), name, None), type)
-        )
+        kind = type(value)
+        methods = self._methods.get(kind)
+        if methods is None:  # a policy's every step hands over its queue: list each type's methods once
+            methods = self._methods[kind] = sorted(
+                name
+                for name in dir(kind)
+                if not name.startswith("_")
+                and callable(getattr(kind, name, None))
+                and not isinstance(getattr(kind, name, None), type)
+            )
         attrs: dict[str, Any] = {}
         if type(value).__module__ != "__checks__" and depth < 2:
             for key, member in list(vars(value).items()) if hasattr(value, "__dict__") else []:
@@ -323,8 +327,8 @@ class Channel:
                     attrs[key] = self._export(member, depth + 1)
         return {
             "$tobj": self._register(value),
-            "type": type(value).__name__,
-            "methods": methods,
+            "type": kind.__name__,
+            "methods": list(methods),
             "attrs": attrs,
         }
 
