@@ -7,7 +7,6 @@ clustered jobs, measured alongside, does fail it).
 """
 
 import functools
-import math
 import sys
 from pathlib import Path
 
@@ -110,9 +109,5 @@ def test_zero_event_bounds_cover_with_the_truth_just_above_them(case):
 def test_the_poisson_pause_truth_matches_the_simulator():
     """The Poisson cases' truth, 1 - exp(-pauses per job), against 2,000 simulated runs with many events:
     inside the 95% interval of the simulated rate."""
-    per_job = 0.2
-    scenario = coverage.poisson_workload(per_job)
-    runs = [coverage.simulate_summary(scenario, coverage.ZERO_POLICY, 3, r) for r in range(2000)]
-    row = coverage.aggregate(runs)
-    lo, hi = row["false_reclaims_per_job_ci"]
-    assert lo <= 1 - math.exp(-per_job) <= hi, row["false_reclaims_per_job"]
+    c = coverage.poisson_truth_check(2000, seed=3)
+    assert c["lo"] <= c["truth"] <= c["hi"], c
