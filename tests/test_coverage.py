@@ -3,7 +3,8 @@
 A small seeded version of benchmarks/coverage.py (whose large run is the table in docs/statistics.md): 40
 experiments of 8 replications per case. A 95% interval should cover in about 38 of 40; the threshold 34/40
 fails an interval whose real coverage is 80% or less most of the time (and the old pooled-jobs interval on
-clustered jobs, measured alongside, does fail it).
+clustered jobs, measured alongside, does fail it). The zero-event bounds have their own sizes and threshold
+(below).
 """
 
 import functools
