@@ -306,7 +306,11 @@ def poisson_rate_ci(count: float, exposure: float, level: float = LEVEL) -> tupl
 def zero_rate_upper_bound(replications: int, level: float = LEVEL) -> float:
     """Upper confidence bound on the fraction of runs that would see any event, when none of `replications`
     independent runs did: 1 - (alpha/2)^(1/R) (Clopper-Pearson, one-sided at 1 - alpha/2, the same tail as
-    the upper end of a two-sided interval). About 3.7/R."""
+    the upper end of a two-sided interval). About 3.7/R.
+
+    The independent unit is the run, so it holds for any scenario, faults correlated within a run included
+    (`run` and `sweep` use it, through `cluster_rate_ci`); its coverage is benchmarks/coverage.py's "fleet
+    stalls" rows. One of the two zero-event bounds: docs/statistics.md says why they are not one function."""
     if replications < 1:
         return math.nan
     return 1.0 - ((1 - level) / 2) ** (1.0 / replications)
@@ -315,8 +319,11 @@ def zero_rate_upper_bound(replications: int, level: float = LEVEL) -> float:
 def poisson_zero_upper_bound(exposure: float, level: float = LEVEL, cluster: int = 1) -> float:
     """Upper bound on a rate when no event was seen over `exposure` (all runs together), for events that come
     from a Poisson process of faults, each causing at most `cluster` events: -ln(alpha/2) x cluster / exposure
-    (the one-sided Poisson bound at 1 - alpha/2, the same tail as `zero_rate_upper_bound`). `emqsim tune` uses
-    it, where the workload's faults are such a process; docs/statistics.md compares the two bounds."""
+    (the one-sided Poisson bound at 1 - alpha/2, the same tail as `zero_rate_upper_bound`: its limit when the
+    independent units are many faults, n (1 - (alpha/2)^(1/n)) -> -ln(alpha/2)). `emqsim tune` uses it, where
+    the workload's faults are such a process; its coverage is benchmarks/coverage.py's "Poisson pauses" rows,
+    and on faults that are not Poisson (one stall of every worker at once) it covers far less than it claims:
+    docs/statistics.md compares the two bounds and says why they stay two functions."""
     if exposure <= 0:
         return math.nan
     return -math.log((1 - level) / 2) * max(1, cluster) / exposure
