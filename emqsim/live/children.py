@@ -58,6 +58,8 @@ class ChildHost(Protocol):
     worker_events: list[tuple[float, int, str, str]]
     executing: dict[str, int]
     first_taken: set[str]
+    sandboxed: bool
+    children: dict[str, int]
 
     def _rng(self, name: str, *index: int) -> np.random.Generator: ...
     def outages_of(
@@ -66,7 +68,7 @@ class ChildHost(Protocol):
     def real_window(self, window: OutageWindow) -> tuple[float, float, float]: ...
     def redis_down_within(self, begin: float, back: float) -> bool: ...
     def random_faults(self, wid: int, now: float) -> None: ...
-    def job_started(self, proc: Proc, job: int, started: float) -> None: ...
+    def job_started(self, proc: Proc, job: int, started: float, token: str = "") -> None: ...
     def spawn(self, role: str) -> Proc: ...
     def start(self, proc: Proc, wid: int, t_go: float, restarted: bool = False) -> None: ...
     def send(self, proc: Proc, line: str) -> None: ...
@@ -108,6 +110,9 @@ class ChildProcesses:
             "concurrency": self.scenario.concurrency,
             "take": {"lock_ms": live.lock_ms, "set_lock": live.set_lock},
             "fenced": live.fenced,
+            "fetch_next": live.fetch_next,
+            "sandboxed": self.sandboxed,
+            "attempts": self.scenario.attempts,
             "remove_on_complete": self.scenario.remove_on_complete,
             "renewal": live.renewal if role == "worker" else None,
             "sweep": sweep,
@@ -271,17 +276,29 @@ class ChildProcesses:
             return
         if kind == "bye":
             return
+        if kind == "child":  # a sandboxed job's child process (its pid, for a ChildCrash to kill)
+            self.children[ev["token"]] = int(ev["pid"])
+            return
         self.events.append(ev)
         if kind == "take":
             assert proc.wid is not None  # workers take; the reaper does not
             self.executing[ev["token"]] = proc.wid
             if ev["job"] not in self.first_taken:
                 self.first_taken.add(ev["job"])
-                self.job_started(proc, int(ev["job"]), ev["s"])
+                self.job_started(proc, int(ev["job"]), ev["s"], ev["token"])
+        elif kind in ("finishing", "failing"):
+            self.children.pop(ev["token"], None)
         elif kind == "finished":
             self.executing.pop(ev["token"], None)
             if ev["active"]:
                 self.settled += 1
+        elif kind == "failed":  # a holder's failure: the job failed, or with attempts left went back to wait
+            self.executing.pop(ev["token"], None)
+            if ev["active"] and not ev["retried"]:
+                self.settled += 1
+        elif kind == "child_exit":
+            assert proc.wid is not None
+            self.worker_events.append((ev["t"], proc.wid, "child_crash", f"job {ev['job']}"))
         elif kind == "sweep":
             self.settled += len(ev["failed"])
 

@@ -130,11 +130,6 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
                 "live mode fails over runs swept by the workers; a policy with a separate reaper (whose "
                 "connection would stay on the demoted primary) fails over in the simulator only"
             )
-        if any(isinstance(f, ChildCrash) for f in scenario.faults):
-            raise ConfigError(
-                "live mode reproduces crashes, freezes, blocked event loops and connection outages; "
-                "sandboxed children's crashes (ChildCrash) are sim-only: drop them from the scenario"
-            )
         # Connection outages: each worker's windows come from the simulator's own function and streams.
         self.outage_spans = outage_spans(scenario.faults)
         # Redis restarts: the parent really stops its private redis-server and starts it again on its data.
@@ -154,10 +149,15 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
         self.commands_before_restarts = 0  # protocol commands counted by servers since shut down
         rf = scenario.random_faults
         self.has_outages = bool(self.outage_spans) or (rf is not None and rf.outage_rate > 0)
-        self.job_faults: dict[int, list[Crash | Freeze | Block]] = {}
+        # A job's faults in the simulator's order: the i-th draws from its ("job_faults", job, i) stream.
+        self.job_faults: dict[int, list[Crash | Freeze | Block | ChildCrash]] = {}
         for fault in scenario.faults:
-            if fault.job is not None and not isinstance(fault, Outage | ChildCrash):  # refused above
+            if fault.job is not None and not isinstance(fault, Outage):
                 self.job_faults.setdefault(fault.job, []).append(fault)
+        # Sandboxed processors (as the simulator, when the scenario has a ChildCrash): every job runs in a
+        # child process of its worker; `children` maps a running job's token to its child's pid.
+        self.sandboxed = any(isinstance(f, ChildCrash) for f in scenario.faults)
+        self.children: dict[str, int] = {}
         # Run state.
         self.procs: dict[int, Proc] = {}  # started processes by worker id (-1: the reaper)
         self.all_procs: list[Proc] = []  # including the idle spare

@@ -40,6 +40,7 @@ import importlib.util
 import json
 import os
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -80,6 +81,39 @@ class Tracked:
         self.ts = ts
 
 
+class Sandbox:
+    """A sandboxed processor's child process for one job (BullMQ's `sandbox.js`): a real process started with
+    the job (`sleep`, standing for the processor; the worker thread still times the job's work, so a freeze
+    of the worker's process group stops both) and ended when the job's work is done. The worker reports its
+    pid (`child`), so that the parent can kill it (a `ChildCrash`); a thread waits for its exit."""
+
+    def __init__(self, worker: LiveWorker, job: str, token: str) -> None:
+        self.worker, self.job, self.token = worker, job, token
+        self.exited = threading.Event()
+        self.proc = subprocess.Popen(
+            ["sleep", "86400"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        worker.emit("child", job=job, token=token, pid=self.proc.pid)
+        threading.Thread(target=self._wait, daemon=True).start()
+
+    def _wait(self) -> None:
+        self.proc.wait()
+        self.exited.set()
+
+    def died(self, worked: float) -> bool:
+        """Whether the child exited before the job's work was done (reported as `child_exit`, with the real
+        seconds of work done); otherwise it is ended now, its job done."""
+        if self.exited.is_set():
+            self.worker.emit(
+                "child_exit", job=self.job, token=self.token, t=time.time(), worked=worked,
+                code=self.proc.returncode,
+            )  # fmt: skip
+            return True
+        self.proc.kill()
+        self.proc.wait()
+        return False
+
+
 class LiveWorker:
     """One process: its settings, its Redis connection pool, its threads."""
 
@@ -97,6 +131,7 @@ class LiveWorker:
         self.loop = threading.Lock()  # the event loop: held by a blocking (CPU-bound) section
         self.by_job = bool((cfg.get("renewal") or {}).get("track_by") == "job")
         self.counts = {"take": 0, "poll": 0, "renew": 0, "finish": 0, "sweep": 0}
+        self.takes = 0  # tokens handed out (`new_token`)
         self.counts_lock = threading.Lock()
         self.stopping = threading.Event()
         self.go = threading.Event()
@@ -243,11 +278,16 @@ class LiveWorker:
         if delay > 0:
             self.stopping.wait(delay)
 
+    def new_token(self) -> str:
+        """The next take's token (`<wid>:<n>`): the fetcher's takes and the finishes' fetchNext share the count."""
+        with self.counts_lock:
+            self.takes += 1
+            return f"{self.wid}:{self.takes}"
+
     def fetcher(self) -> None:
         take = self.cfg["take"]
         slots = threading.Semaphore(self.cfg["concurrency"])
         poll = self.cfg["poll_s"]
-        takes = 0
 
         def take_as(token: str) -> Any:
             return lambda t: self.scripts.take(token, int(t * 1000), take["lock_ms"], take["set_lock"])
@@ -255,58 +295,125 @@ class LiveWorker:
         while not self.stopping.is_set():
             slots.acquire()
             parked = False  # the first take is sent (through the offline queue); the polls after it stand
-            while True:  # for a blocking take parked at Redis, which an outage does not hold back
+            token = (
+                self.new_token()
+            )  # for a blocking take parked at Redis, which an outage does not hold back
+            while True:
                 if self.stopping.is_set():
                     return
                 self.wait_loop()
-                token = f"{self.wid}:{takes + 1}"
                 t, job = self.request("take", take_as(token), offline=not parked)
                 if job is not None:
                     break
                 parked = True
                 self.count("poll")
                 self.stopping.wait(poll)
-            takes += 1
             self.count("take")
             back = self.reconnect_at(t)
             if back is not None:  # taken while disconnected: the reply is read at the reconnect
                 self.sleep_until(back)
             started = time.time()
-            with self.tracked_lock:
-                if self.by_job:  # a lock manager keyed by job id: a re-take replaces the stale entry
-                    for other in [k for k, h in self.tracked.items() if h.job == job]:
-                        del self.tracked[other]
-                self.tracked[token] = Tracked(job, int(started * 1000))
-            self.emit("take", job=job, token=token, t=t, s=started)
+            self.begin(job, token, t, started, int(started * 1000))
             threading.Thread(target=self.guard(self.run_job), args=(job, token, slots), daemon=True).start()
 
+    def begin(self, job: str, token: str, t: float, started: float, tracked_ms: int, **extra: Any) -> None:
+        """Start work on a job taken at (sent) time `t`: the lock manager tracks it from `tracked_ms`."""
+        with self.tracked_lock:
+            if self.by_job:  # a lock manager keyed by job id: a re-take replaces the stale entry
+                for other in [k for k, h in self.tracked.items() if h.job == job]:
+                    del self.tracked[other]
+            self.tracked[token] = Tracked(job, tracked_ms)
+        self.emit("take", job=job, token=token, t=t, s=started, **extra)
+
     def run_job(self, job: str, token: str, slots: threading.Semaphore) -> None:
-        remaining = float(self.cfg["works"][int(job)])
+        """Work on the job and finish it; with fetchNext, as long as the finish takes the next job, work on
+        that one in the same slot."""
+        while True:
+            fetched = self.work_and_finish(job, token)
+            if fetched is None:
+                break
+            job, token = fetched
+        slots.release()
+
+    def work_and_finish(self, job: str, token: str) -> tuple[str, str] | None:
+        """One job's work and finish; returns the next job the finish took for this slot (fetchNext), else
+        None."""
+        work = float(self.cfg["works"][int(job)])
+        remaining = work
         chunk, slack = self.cfg["chunk_s"], self.cfg["slack_s"]
-        while remaining > 0 and not self.stopping.is_set():
+        spawning = time.monotonic()
+        child = Sandbox(self, job, token) if self.cfg.get("sandboxed") else None
+        remaining -= time.monotonic() - spawning  # the child's start is part of the job's run
+        exited = child.exited if child is not None else threading.Event()
+        while remaining > 0 and not self.stopping.is_set() and not exited.is_set():
             step = min(remaining, chunk)
             start = time.monotonic()
-            time.sleep(step)
+            exited.wait(step)
             # Time beyond the chunk (plus scheduling slack) is time this process was stopped, not working.
             remaining -= min(time.monotonic() - start, step + slack)
         if self.stopping.is_set():
-            return
+            return None
+        if child is not None and child.died(max(0.0, work - max(remaining, 0.0))):
+            return self.fail_job(job, token, "Unexpected exit code")
         self.wait_loop()  # the job's completion runs on the loop: after any block
         t = time.time()
         self.emit("finishing", job=job, token=token, t=t)
         self.count("finish")
         fenced, remove = self.cfg["fenced"], self.cfg.get("remove_on_complete", False)
         self.after_tick()
-        sent, (code, active) = self.request(
-            "finish", lambda _: self.scripts.finish(job, token, fenced, remove)
-        )
+        take = self.cfg["take"]
+        nxt = self.new_token() if self.cfg.get("fetch_next") else None
+
+        def finish(t: float) -> Any:
+            fetch = None if nxt is None else (nxt, int(t * 1000), take["lock_ms"], take["set_lock"])
+            return self.scripts.finish(job, token, fenced, remove, fetch)
+
+        sent, reply = self.request("finish", finish)
+        code, active = reply[0], reply[1]
+        fetched = reply[2] if len(reply) > 2 and reply[2] else None
         self.emit("finished", job=job, token=token, t=sent, r=time.time(), code=code, active=active)
+        return self.after_finish(job, token, sent, fetched, nxt)
+
+    def fail_job(self, job: str, token: str, reason: str) -> tuple[str, str] | None:
+        """moveToFinished(failed) by the holder (fail.lua), retried while the job's `attempts` are not used up;
+        with fetchNext an accepted failure that is not a retry takes the next job (returned, as
+        `work_and_finish` does)."""
+        self.wait_loop()
+        t = time.time()
+        self.emit("failing", job=job, token=token, t=t, reason=reason)
+        self.count("finish")
+        self.after_tick()
+        take = self.cfg["take"]
+        nxt = self.new_token() if self.cfg.get("fetch_next") else None
+
+        def fail(t: float) -> Any:
+            fetch = None if nxt is None else (nxt, int(t * 1000), take["lock_ms"], take["set_lock"])
+            return self.scripts.fail(job, token, self.cfg["fenced"], self.cfg.get("attempts", 1), fetch)
+
+        sent, (code, active, retried, fetched) = self.request("finish", fail)
+        self.emit(
+            "failed", job=job, token=token, t=sent, code=code, active=active, retried=retried, reason=reason
+        )
+        return self.after_finish(job, token, sent, fetched or None, nxt)
+
+    def after_finish(
+        self, job: str, token: str, sent: float, fetched: str | None, nxt: str | None
+    ) -> tuple[str, str] | None:
+        """Stop renewing a finished (or failed) job; start the job its fetchNext took, if any."""
         with self.tracked_lock:
             self.tracked.pop(token, None)
             if self.by_job:  # untrackJob(job.id): a fresh copy of the same job stops being renewed too
                 for other in [k for k, h in self.tracked.items() if h.job == job]:
                     del self.tracked[other]
-        slots.release()
+        if fetched is None or nxt is None:
+            return None
+        back = self.reconnect_at(sent)
+        if back is not None:  # sent while disconnected: the reply is read at the reconnect
+            self.sleep_until(back)
+        # BullMQ tracks a fetched job from its processedOn (trackJob(job.id, token, job.processedOn)): the
+        # time the finish was sent, which is the `now` the script stamped.
+        self.begin(fetched, nxt, sent, time.time(), int(sent * 1000), fetched=True)
+        return fetched, nxt
 
     def lock_manager(self) -> None:
         rule = self.cfg["renewal"]
