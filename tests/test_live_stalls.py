@@ -141,3 +141,48 @@ def test_a_live_dead_child_fails_its_job_for_good_with_one_attempt(need_redis, s
     failed = [next(a for a in r.attempts if a.job == "0") for r in (live, sim)]
     assert abs(failed[0].failed_at - failed[1].failed_at) <= MARGIN
     assert abs(failed[0].work_done - failed[1].work_done) <= MARGIN
+
+
+# -- a failover whose clients stay on the demoted primary ------------------------------------------------------
+def test_a_live_failover_leaves_the_workers_on_the_demoted_primary_for_readonly_seconds(
+    need_redis, steady_live
+) -> None:
+    """tests/test_live_failover.py's failover (one worker, three 1 s jobs, lag 0.8 s, the workers away 1 s at
+    1.5 s) with `readonly` 1 s, at time_scale 0.5: the workers come back through a proxy to the demoted primary,
+    now a real replica of the promoted one, where every write gets READONLY: the renewal of job 1 fails
+    (`renew_failed`, READONLY), its finish is refused with Redis's READONLY text and given up; 1 s later the
+    proxy closes their connections and leads to the new primary, where job 1 is reclaimed and runs again. The
+    same attempts, outcomes and finish results as the simulator."""
+    from emqsim.faults import Outage
+
+    scenario = Scenario(
+        workers=1,
+        jobs=3,
+        duration=Fixed(1.0),
+        faults=(Outage(at=1.5, duration=1.0, lost_writes=0.8, readonly=1.0),),
+        phases="aligned",
+        horizon=30.0,
+    )
+    live = steady_live(scenario, POLICY, time_scale=0.5, seed=1)
+    sim = simulate(scenario, POLICY, seed=1)
+
+    def results(run) -> list[tuple[str, int, str, str | None]]:
+        return sorted((a.job, a.attempt, a.outcome, a.finish_result) for a in run.attempts)
+
+    readonly = "READONLY You can't write against a read only replica."
+    assert (
+        results(live)
+        == results(sim)
+        == [
+            ("0", 1, "completed", "accepted"),
+            ("0", 2, "duplicate_completion", "accepted"),
+            ("1", 1, "finish_rejected", readonly),
+            ("1", 2, "completed", "accepted"),
+            ("2", 1, "completed", "accepted"),
+        ]
+    )
+    for run in (live, sim):
+        refused = [e for e in run.lock_events if e.kind == "renew_failed" and e.detail == "READONLY"]
+        assert refused and {e.job for e in refused} == {"1"}
+        assert all(2.5 - 0.3 <= e.time < 3.5 + 0.3 for e in refused)  # in the READONLY window, 0.15 s real
+    assert abs(live.end - sim.end) <= 0.3 + POLICY.sweep_interval_ms / 1000

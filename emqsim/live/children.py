@@ -60,6 +60,7 @@ class ChildHost(Protocol):
     first_taken: set[str]
     sandboxed: bool
     children: dict[str, int]
+    switch_times: list[tuple[float, float]]
 
     def _rng(self, name: str, *index: int) -> np.random.Generator: ...
     def outages_of(
@@ -171,6 +172,7 @@ class ChildProcesses:
             "first_sweep_ms": round(first_sweep * self.scale),
             "seed": int(self._rng("network", wid if wid >= 0 else 10**9).integers(0, 2**31)),
             "outages": [[begin, back, self.redis_down_within(begin, back)] for begin, _, back in outages],
+            "switches": self.switch_times,  # a failover's clients moved off the demoted primary
         }
         self.send(proc, "go " + json.dumps(go))
         if proc.role == "worker":

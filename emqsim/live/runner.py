@@ -158,6 +158,8 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
         # child process of its worker; `children` maps a running job's token to its child's pid.
         self.sandboxed = any(isinstance(f, ChildCrash) for f in scenario.faults)
         self.children: dict[str, int] = {}
+        # real (from, until) around a failover's move of the workers off the demoted primary (`Failover`)
+        self.switch_times: list[tuple[float, float]] = []
         # Run state.
         self.procs: dict[int, Proc] = {}  # started processes by worker id (-1: the reaper)
         self.all_procs: list[Proc] = []  # including the idle spare
@@ -298,10 +300,10 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
                     if self.server is None:
                         delete_prefix(self.client, self.prefix)
                 self.client.close()
+            if self.failover is not None:  # first: a primary with a replica attached waits for it on SIGTERM
+                self.failover.stop()
             if self.server is not None:
                 self.server.stop()
-            if self.failover is not None:
-                self.failover.stop()
             if self.tmpdir is not None:
                 shutil.rmtree(self.tmpdir, ignore_errors=True)
 
@@ -324,6 +326,8 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
                 raise RuntimeError(f"worker processes did not start within {self.startup_timeout} s")
             self.pump(0.01)
         self.t0 = time.time() + 0.05
+        if self.failover is not None:  # the workers' `go` carries its switch times
+            self.switch_times = self.failover.switches(self.t0)
         for wid, proc in enumerate(initial):
             self.start(proc, wid, self.t0)
         if reaper is not None:
@@ -337,7 +341,7 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
         for wid in range(scenario.workers):
             self.random_faults(wid, self.t0)
         memory_pressure(self, self.t0)
-        if self.failover is not None:
+        if self.failover is not None:  # after the outages' disconnects: at the same time, those go first
             self.failover.schedule(self.t0)
         for window in self.restarts:
             begin, up, _ = self.real_window(window)

@@ -62,6 +62,8 @@ else:  # run as a file: load the sibling module without importing the emqsim pac
     RawScripts = _lua.RawScripts  # type: ignore[misc]  # the same class, loaded from its file
 
 LOST = object()  # a request dropped by the emulated network
+READONLY = object()  # a write refused by a demoted primary (Redis's READONLY error)
+READONLY_CODE = -100  # emqsim.protocol.READONLY: a finish refused with READONLY
 # Real seconds a Redis call may wait for a reply; as emqsim.live.server.SOCKET_TIMEOUT (no emqsim import here).
 SOCKET_TIMEOUT = 5.0
 
@@ -144,6 +146,9 @@ class LiveWorker:
         self.rng_lock = threading.Lock()
         # (disconnected, reconnected, Redis itself down), real times, from `go`
         self.outages: list[tuple[float, float, bool]] = []
+        # real (from, until) around a failover whose clients stay on the demoted primary (`go`): a closed
+        # connection is reopened (the demotion, then the move to the new primary close them)
+        self.switches: list[tuple[float, float]] = []
         self.offline = threading.Condition()  # the offline queue: requests sent in ticket order
         self.tickets = 0
         self.served = 0
@@ -233,12 +238,22 @@ class LiveWorker:
         while True:
             try:
                 return fn(t)
+            except redis.ResponseError as exc:
+                readonly = isinstance(exc, redis.exceptions.ReadOnlyError) or str(exc).startswith("READONLY")
+                now = time.time()
+                if readonly and any(begin <= now <= end for begin, end in self.switches):
+                    return READONLY  # a failover's demoted primary refused the write: the caller goes on
+                raise  # elsewhere (a replica given as --redis) it ends the run with Redis's words
             except redis.ConnectionError:
                 if self.stopping.is_set():
                     raise
                 back = self.reconnect_at(time.time())
                 if back is not None:
                     self.sleep_until(back)
+                    continue
+                now = time.time()
+                if any(begin <= now <= end for begin, end in self.switches):
+                    time.sleep(0.005)  # a failover's server demoted or left: ioredis reconnects
                     continue
                 last = max((back for _, back, down in self.outages if down), default=None)
                 if last is None or time.time() > last + 30.0:
@@ -303,6 +318,8 @@ class LiveWorker:
                     return
                 self.wait_loop()
                 t, job = self.request("take", take_as(token), offline=not parked)
+                if job is READONLY:  # refused by a demoted primary: no job; BullMQ fetches again at once
+                    job = None
                 if job is not None:
                     break
                 parked = True
@@ -369,6 +386,8 @@ class LiveWorker:
             return self.scripts.finish(job, token, fenced, remove, fetch)
 
         sent, reply = self.request("finish", finish)
+        if reply is READONLY:  # refused, and its moveToFailed too: the job is given up (reclaimed later)
+            reply = [READONLY_CODE, 0]
         code, active = reply[0], reply[1]
         fetched = reply[2] if len(reply) > 2 and reply[2] else None
         self.emit("finished", job=job, token=token, t=sent, r=time.time(), code=code, active=active)
@@ -390,11 +409,12 @@ class LiveWorker:
             fetch = None if nxt is None else (nxt, int(t * 1000), take["lock_ms"], take["set_lock"])
             return self.scripts.fail(job, token, self.cfg["fenced"], self.cfg.get("attempts", 1), fetch)
 
-        sent, (code, active, retried, fetched) = self.request("finish", fail)
+        sent, reply = self.request("finish", fail)
+        code, active, retried, fetched = [READONLY_CODE, 0, 0, ""] if reply is READONLY else list(reply)
         self.emit(
             "failed", job=job, token=token, t=sent, code=code, active=active, retried=retried, reason=reason
         )
-        return self.after_finish(job, token, sent, fetched or None, nxt)
+        return self.after_finish(job, token, sent, str(fetched) if fetched else None, nxt)
 
     def after_finish(
         self, job: str, token: str, sent: float, fetched: str | None, nxt: str | None
@@ -449,7 +469,11 @@ class LiveWorker:
                 finally:
                     self.tick_issued()
                 lost = failed is LOST
-                self.emit("renew", t=sent, held=due, failed=None if lost else failed)
+                if failed is READONLY:  # nothing extended; the jobs stay tracked and are tried again
+                    self.emit("renew", t=sent, held=due, failed=[], readonly=True)
+                    failed = []
+                else:
+                    self.emit("renew", t=sent, held=due, failed=None if lost else failed)
                 if not lost and failed:
                     jobs = [job for job, _ in due]
                     for job, token in due:
@@ -495,6 +519,8 @@ class LiveWorker:
                 t, reply = self.request(
                     "sweep", lambda t, f=fn: f(int(t * 1000), sweep["interval_ms"], sweep["max_stalled"])
                 )
+            if reply is READONLY:  # the stalled check fails on a demoted primary; the next comes as usual
+                reply = [1, [], [], []]
             skipped, reclaimed, failed, marked = reply
             self.emit(
                 "sweep",
@@ -578,6 +604,7 @@ class LiveWorker:
                 self.first_sweep_ms = int(go["first_sweep_ms"])
                 self.rng.seed(int(go["seed"]))
                 self.outages = [(float(b), float(r), bool(d)) for b, r, d in go.get("outages", ())]
+                self.switches = [(float(b), float(e)) for b, e in go.get("switches", ())]
                 if self.outages:  # named, so that the parent can close this worker's connections
                     self.client.close()
                     self.client = self.connect(connection_name(self.wid))
