@@ -264,6 +264,8 @@ def _bare_worker():
     w = LiveWorker.__new__(LiveWorker)
     w.stopping = threading.Event()
     w.outages = []
+    w.held = []  # no silent partition
+    w.switches = []  # no failover onto a demoted primary
     w.loss = 0.0
     w.offline = threading.Condition()
     w.tickets = w.served = 0

@@ -186,3 +186,46 @@ def test_a_live_failover_leaves_the_workers_on_the_demoted_primary_for_readonly_
         assert refused and {e.job for e in refused} == {"1"}
         assert all(2.5 - 0.3 <= e.time < 3.5 + 0.3 for e in refused)  # in the READONLY window, 0.15 s real
     assert abs(live.end - sim.end) <= 0.3 + POLICY.sweep_interval_ms / 1000
+
+
+# -- a silent partition: a proxy that stops forwarding without closing -------------------------------------
+@pytest.mark.parametrize(
+    ("give_up", "back"),
+    [(924.6, 7.2), (2.0, 5.0)],
+    ids=["tcp-retransmits", "tcp-gives-up"],
+)
+def test_a_live_silent_partition_holds_the_workers_requests_as_the_simulator_says(
+    need_redis, steady_live, give_up, back
+) -> None:
+    """`silent-partition` shortened: one worker, one 5 s job, lease 2 s, a reaper sweeping every 1 s; the
+    worker's connection is partitioned for 3.5 s from 1 s. Its proxy holds every byte without closing: the
+    renewal sent meanwhile reaches Redis only at the first TCP retransmission after the end (7.2 s), too late,
+    so the reaper takes the job back from a live, `disconnected` worker, whose finish is then refused. With
+    `give_up` 2 s TCP gives up first: the proxy closes the connection at 3 s, the worker resends at its
+    reconnect (5 s, a SYN retransmission after the end). The simulator's outcomes, connection records and
+    refused renewal (at Redis's time)."""
+    from emqsim.faults import Partition
+
+    scenario = Scenario(
+        name="silent-partition-live",
+        workers=1,
+        jobs=1,
+        duration=Fixed(5.0),
+        faults=(Partition(at=1.0, duration=3.5, worker=0, give_up=give_up),),
+        horizon=60,
+    )
+    policy = LeasePolicy(lease=2.0, beat=0.5, scan=1.0, swept_by="reaper")
+    live = steady_live(scenario, policy, time_scale=SCALE, seed=0)
+    sim = simulate(scenario, policy, seed=0)
+    assert (
+        outcomes(live)
+        == outcomes(sim)
+        == [("0", 1, "finish_rejected", "disconnected"), ("0", 2, "completed", None)]
+    )
+    for run in (live, sim):
+        events = [(e.kind, e.time) for e in run.worker_events if e.kind in ("disconnect", "reconnect")]
+        assert [k for k, _ in events] == ["disconnect", "reconnect"]
+        assert abs(events[0][1] - 1.0) <= MARGIN and abs(events[1][1] - back) <= MARGIN
+        refused = [e.time for e in run.lock_events if e.kind == "renew_failed"]
+        assert refused and abs(refused[0] - back) <= MARGIN, refused  # the held renewal, run at `back`
+    assert abs(live.end - sim.end) <= MARGIN

@@ -22,7 +22,9 @@ from emqsim.faults import (
 )
 from emqsim.keys import QueueKeys
 from emqsim.live.lua import key_names
+from emqsim.live.partition import Partitions
 from emqsim.live.records import Proc
+from emqsim.live.server import PrivateRedis
 from emqsim.live.settings import LiveSettings
 from emqsim.policies import ReclaimPolicy
 from emqsim.processes import die_with_parent, signal_group
@@ -61,6 +63,8 @@ class ChildHost(Protocol):
     sandboxed: bool
     children: dict[str, int]
     switch_times: list[tuple[float, float]]
+    partitions: Partitions
+    server: PrivateRedis | None
 
     def _rng(self, name: str, *index: int) -> np.random.Generator: ...
     def outages_of(
@@ -161,7 +165,11 @@ class ChildProcesses:
             )
         else:
             first_renew, first_sweep = self.phases(wid)
+        url = None
         if proc.role == "worker":
+            assert self.server is not None or not self.partitions.faults  # (refused with a Redis URL)
+            if self.server is not None:
+                url = self.partitions.url_for(wid, self.server.socket_path)  # a partition's proxy
             outages = self.outages_of(proc, wid, t_go, restarted)
         else:  # the reaper is cut off only while Redis itself restarts
             outages = [self.real_window(w) for w in self.restarts]
@@ -173,6 +181,8 @@ class ChildProcesses:
             "seed": int(self._rng("network", wid if wid >= 0 else 10**9).integers(0, 2**31)),
             "outages": [[begin, back, self.redis_down_within(begin, back)] for begin, _, back in outages],
             "switches": self.switch_times,  # a failover's clients moved off the demoted primary
+            "redis": url,  # the worker's own address (a partition's proxy), if not the run's
+            "held": proc.held,  # its partitions: what it sends meanwhile reaches Redis at their end
         }
         self.send(proc, "go " + json.dumps(go))
         if proc.role == "worker":

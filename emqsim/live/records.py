@@ -39,6 +39,7 @@ class Proc:
     open_eof: bool = True
     started: bool = False
     outages: list[tuple[float, float]] = field(default_factory=list)  # (disconnected, reconnected), real
+    held: list[tuple[float, float]] = field(default_factory=list)  # a partition's proxy holding, real
 
     def state_at(self, t: float) -> str:
         """Its state at real time `t`: as the simulator's `Worker.state_at`, an alive worker whose connection

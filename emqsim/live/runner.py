@@ -54,6 +54,7 @@ from emqsim.live.children import SPARES, ChildProcesses
 from emqsim.live.clockwatch import ClockWatch, Steadiness
 from emqsim.live.failover import Failover, check_failover, failovers_of
 from emqsim.live.faults import FaultInjection, memory_pressure
+from emqsim.live.partition import Partitions, check_partitions
 from emqsim.live.records import Proc, build_run
 from emqsim.live.scripts import LuaQueue
 from emqsim.live.server import (
@@ -125,6 +126,10 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
             gaps = stream(seed, replication, "arrivals").exponential(1 / rate, scenario.jobs)
             self.arrival_s = [ms / 1000 for ms in itertools.accumulate(to_ms(float(g)) for g in gaps)]
         check_failover(scenario.faults, redis_url)  # a failover on its own servers (emqsim.live.failover)
+        check_partitions(
+            scenario.faults, redis_url
+        )  # silent partitions through proxies (emqsim.live.partition)
+        self.partitions = Partitions(scenario.faults)
         if failovers_of(scenario.faults) and self.live.swept_by == "reaper":
             raise ConfigError(
                 "live mode fails over runs swept by the workers; a policy with a separate reaper (whose "
@@ -225,24 +230,33 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
         )
         windows = never_recovers(windows, self.scenario.faults, wid, restarted)  # Outage(recovers=False)
         real = []
+        seen = []  # every window, the partitions' too: the worker is `disconnected` in all of them
         for begin_ms, up_ms, back_ms in windows:
             begin, up, back = self.real_window((begin_ms, up_ms, min(back_ms, up_ms)))
             if back_ms >= NEVER_MS:  # never back: past the run's end, so the worker's client waits it out
                 back = self.t0 + self.scenario.horizon * self.scale + 86_400.0
             else:
                 back = self.real_window((begin_ms, up_ms, back_ms))[2]
-            real.append((begin, up, back))
+            seen.append((begin, back))
+            # a silent partition: its proxy holds the connection; the worker holds requests only after a give-up
+            own = self.partitions.plan(
+                wid, (begin_ms, up_ms, back_ms), lambda ms: self.t0 + ms / 1000 * self.scale, self.at
+            )
+            if own is not None:
+                real.append(self.real_window(own) if own != (begin_ms, up_ms, back_ms) else (begin, up, back))
+            if own != (begin_ms, up_ms, back_ms):  # what the worker sends meanwhile reaches Redis at `back`:
+                proc.held.append((begin, back))  # let go by the proxy, or resent after TCP gave up
             wait = (back_ms - up_ms) / 1000
             detail = disconnect_detail((begin_ms, up_ms, back_ms), self.restarts)
             self.connection_event(proc, wid, begin, "disconnect", detail)
-            if not self.redis_down_within(begin, back):  # a restart closes every connection itself
-                self.at(begin, lambda w=wid, p=proc: self.drop_connections(p, w))
+            if own == (begin_ms, up_ms, back_ms) and not self.redis_down_within(begin, back):
+                self.at(begin, lambda w=wid, p=proc: self.drop_connections(p, w))  # (a restart closes them)
             if back_ms >= NEVER_MS:  # the client never recovers: it stays cut off
                 self.connection_event(proc, wid, up, "network_up", "the client never reconnects")
                 continue
             self.connection_event(proc, wid, up, "network_up", f"reconnect in {wait:g} s")
             self.connection_event(proc, wid, back, "reconnect", "resending queued commands")
-        proc.outages = [(begin, back) for begin, _, back in real]
+        proc.outages = seen
         return real
 
     def connection_event(self, proc: Proc, wid: int, when: float, kind: str, detail: str) -> None:
@@ -302,6 +316,7 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
                 self.client.close()
             if self.failover is not None:  # first: a primary with a replica attached waits for it on SIGTERM
                 self.failover.stop()
+            self.partitions.close()
             if self.server is not None:
                 self.server.stop()
             if self.tmpdir is not None:

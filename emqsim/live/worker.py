@@ -146,6 +146,8 @@ class LiveWorker:
         self.rng_lock = threading.Lock()
         # (disconnected, reconnected, Redis itself down), real times, from `go`
         self.outages: list[tuple[float, float, bool]] = []
+        # real (from, until) in which a silent partition's proxy holds this worker's connections (`go`)
+        self.held: list[tuple[float, float]] = []
         # real (from, until) around a failover whose clients stay on the demoted primary (`go`): a closed
         # connection is reopened (the demotion, then the move to the new primary close them)
         self.switches: list[tuple[float, float]] = []
@@ -214,12 +216,22 @@ class LiveWorker:
                     return time.time(), LOST
                 continue
             if offline or self.redis_down_at(time.time()):
-                return self.send(fn, issued)
+                t, reply = self.send(fn, issued)
+                return self.reached(t), reply
             t = time.time()
             reply = self.call(fn, t)
             if issued is not None:
                 issued()
-            return t, reply
+            return self.reached(t), reply
+
+    def reached(self, t: float) -> float:
+        """When a request sent at `t` reached Redis: at once, or, sent during a silent partition, at its end
+        (the proxy let go, or after TCP gave up the request was resent at the reconnect). That is the step's
+        time in the records; the script's `now` stays `t`, the client's clock, as BullMQ's."""
+        for begin, end in self.held:
+            if begin <= t < end:
+                return end
+        return t
 
     def reconnect_at(self, t: float) -> float | None:
         """The reconnect ending the outage `t` falls in (None: the connection is up at `t`)."""
@@ -252,6 +264,11 @@ class LiveWorker:
                     self.sleep_until(back)
                     continue
                 now = time.time()
+                if (
+                    self.reconnect_at(now - 0.25) is not None
+                ):  # the parent reopens the far side (a partition's
+                    time.sleep(0.005)  # proxy) on its own clock, a few ms after the reconnect: try again
+                    continue
                 if any(begin <= now <= end for begin, end in self.switches):
                     time.sleep(0.005)  # a failover's server demoted or left: ioredis reconnects
                     continue
@@ -605,7 +622,10 @@ class LiveWorker:
                 self.rng.seed(int(go["seed"]))
                 self.outages = [(float(b), float(r), bool(d)) for b, r, d in go.get("outages", ())]
                 self.switches = [(float(b), float(e)) for b, e in go.get("switches", ())]
-                if self.outages:  # named, so that the parent can close this worker's connections
+                self.held = [(float(b), float(e)) for b, e in go.get("held", ())]
+                if go.get("redis"):  # its own address: a silent partition's proxy
+                    self.cfg["redis"] = go["redis"]
+                if self.outages or go.get("redis"):  # named, so that the parent can close its connections
                     self.client.close()
                     self.client = self.connect(connection_name(self.wid))
                     self.scripts = RawScripts(self.client, self.cfg["keys"], self.scripts.shas)
