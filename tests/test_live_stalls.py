@@ -32,8 +32,8 @@ def fetched(run) -> list[tuple[str, int]]:
 # -- the scripts: finish.lua's fetchNext and fail.lua against emqsim.protocol ----------------------------------
 def test_the_finish_and_fail_scripts_match_the_protocol(need_redis) -> None:
     """finish.lua with fetchNext is `Queue.finish` then, if accepted, `Queue.take` (the simulator's
-    `Server.finish_and_fetch`); fail.lua is `Queue.fail` (with attempts) then the same fetch unless retried:
-    same replies, same keys."""
+    `Server.finish_and_fetch`); fail.lua is `Queue.fail` (with attempts) then the same fetch unless retried;
+    the two-phase sweep with lazy_fail marks instead of failing: same replies, same keys."""
     from emqsim.keys import QueueKeys
     from emqsim.live.lua import RawScripts, key_names
     from emqsim.live.server import PrivateRedis
@@ -78,6 +78,18 @@ def test_the_finish_and_fail_scripts_match_the_protocol(need_redis) -> None:
             got = client.lrange(key, 0, -1) if kind == "list" else sorted(client.smembers(key))
             want = store.lrange(key, 0, -1) if kind == "list" else sorted(store.smembers(key))
             assert got == want, name
+        # lazy_fail's two-phase sweep: job 3, stalled once before, loses its lock; the second sweep marks it
+        # (`defa`) and puts it back in `wait` instead of failing it
+        client.hset(keys.job("3"), "stc", 1)
+        store.hset(keys.job("3"), "stc", "1")
+        for sweep in range(2):
+            for side in (client, store):
+                for key in (keys.lock("3"), keys.stalled_check):
+                    side.delete(key)
+            want = py.sweep_two_phase(3000 + sweep, 1000, 1, lazy_fail=True)
+            got = lua.sweep_two_phase(3000 + sweep, 1000, 1, lazy_fail=True)
+            assert [int(want.skipped), list(want.reclaimed), list(want.failed)] == got[:3], sweep
+        assert client.hget(keys.job("3"), "defa") == store.hget(keys.job("3"), "defa") is not None
         for job in "01234":
             assert client.get(keys.lock(job)) == store.get(keys.lock(job)), job
             for field in ("ats", "atm", "processedOn"):
@@ -229,3 +241,36 @@ def test_a_live_silent_partition_holds_the_workers_requests_as_the_simulator_say
         refused = [e.time for e in run.lock_events if e.kind == "renew_failed"]
         assert refused and abs(refused[0] - back) <= MARGIN, refused  # the held renewal, run at `back`
     assert abs(live.end - sim.end) <= MARGIN
+
+
+# -- the bullmq preset (fetch_next and lazy_fail) --------------------------------------------------------------
+def test_the_bullmq_preset_runs_live_and_a_lazily_failed_job_fails_at_its_next_take(
+    need_redis, steady_live
+) -> None:
+    """The `bullmq` preset (lease 2 s, scan 1 s; `fetch_next`, `lazy_fail`, maxStalledCount 1) with every
+    renewal lost (loss 0.999 on renewals): one 5 s job's lock lapses on each of two live workers in turn; the
+    second reclaim is past maxStalledCount, so the sweep marks the job (`defa`) and puts it back, and its next
+    taker fails it at once without starting it. The simulator's attempts and outcomes."""
+    from emqsim import Network
+    from emqsim.presets import preset
+
+    policy = preset("bullmq", lease=2.0, scan=1.0)
+    scenario = Scenario(workers=2, jobs=1, duration=Fixed(5.0), network=Network(loss=0.999), horizon=60)
+    live = steady_live(scenario, policy, time_scale=SCALE, seed=0)
+    sim = simulate(scenario, policy, seed=0)
+    assert (
+        outcomes(live)
+        == outcomes(sim)
+        == [
+            ("0", 1, "finish_rejected", "alive"),
+            ("0", 2, "finish_rejected", "alive"),
+            ("0", 3, "failed", None),
+        ]
+    )
+    assert live.final_state == sim.final_state == {"wait": 0, "active": 0, "completed": 0, "failed": 1}
+    for run in (live, sim):
+        first, second, third = sorted(run.attempts, key=lambda a: a.attempt)
+        assert third.started_at is None  # failed by its taker, never started
+        assert None not in (third.failed_at, second.reclaimed_at, first.finish_applied_at)
+        # taken (and failed) as soon as a worker is free: at the reclaim, or when the first attempt's worker ends
+        assert third.failed_at - max(second.reclaimed_at, first.finish_applied_at) <= MARGIN

@@ -104,6 +104,7 @@ class ChildProcesses:
                 "kind": live.sweep_kind,
                 "interval_ms": live.sweep_ms,
                 "max_stalled": live.max_stalled,
+                "lazy_fail": live.lazy_fail,
                 "timeout_ms": live.timeout_ms,
             }
         network = self.scenario.network
@@ -117,6 +118,7 @@ class ChildProcesses:
             "fenced": live.fenced,
             "fetch_next": live.fetch_next,
             "sandboxed": self.sandboxed,
+            "lazy_fail": live.lazy_fail and live.sweep_kind == "two_phase",  # the two-phase sweep marks
             "attempts": self.scenario.attempts,
             "remove_on_complete": self.scenario.remove_on_complete,
             "renewal": live.renewal if role == "worker" else None,

@@ -136,10 +136,12 @@ class RawScripts:
         ]
         return self.call("fail", keys, args)
 
-    def sweep_two_phase(self, now_ms: int, interval_ms: int, max_stalled: int | None) -> list:
+    def sweep_two_phase(
+        self, now_ms: int, interval_ms: int, max_stalled: int | None, lazy_fail: bool = False
+    ) -> list:
         k = self.k
         keys = [k["stalled_check"], k["stalled"], k["active"], k["wait"], k["failed"]]
-        args = [k["prefix"], int(now_ms), int(interval_ms), _opt_int(max_stalled)]
+        args = [k["prefix"], int(now_ms), int(interval_ms), _opt_int(max_stalled), "1" if lazy_fail else "0"]
         return self.call("sweep_two_phase", keys, args)
 
     def sweep_single_phase(self, now_ms: int, interval_ms: int, max_stalled: int | None) -> list:

@@ -56,8 +56,10 @@ class LuaQueue:
         code, was_active, retried, _ = self.raw.fail(job_id, token, check_token, attempts)
         return FinishReply(job_id, int(code), was_active=bool(was_active), retried=bool(retried))
 
-    def sweep_two_phase(self, now_ms: int, interval_ms: int, max_stalled: int | None) -> SweepReply:
-        return _sweep_reply(self.raw.sweep_two_phase(now_ms, interval_ms, max_stalled))
+    def sweep_two_phase(
+        self, now_ms: int, interval_ms: int, max_stalled: int | None, lazy_fail: bool = False
+    ) -> SweepReply:
+        return _sweep_reply(self.raw.sweep_two_phase(now_ms, interval_ms, max_stalled, lazy_fail))
 
     def sweep_single_phase(self, now_ms: int, interval_ms: int, max_stalled: int | None) -> SweepReply:
         return _sweep_reply(self.raw.sweep_single_phase(now_ms, interval_ms, max_stalled))

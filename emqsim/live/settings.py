@@ -36,6 +36,7 @@ class LiveSettings:
     max_stalled: int | None
     timeout_ms: int | None
     fetch_next: bool = False  # an accepted finish takes the slot's next job in the same script (finish.lua)
+    lazy_fail: bool = False  # past max_stalled the sweep marks the job (`defa`); its next taker fails it
 
     @property
     def timing_margin_ms(self) -> float:
@@ -73,8 +74,6 @@ class LiveSettings:
                 "recreate_missing": rule.recreate_missing,
                 "track_by": rule.track_by,
             }
-            if policy.lazy_fail:
-                raise ConfigError("live mode fails jobs past max_stalled at the sweep; lazy_fail is sim-only")
             return cls(
                 kind="lease",
                 lock_ms=lease,
@@ -87,6 +86,7 @@ class LiveSettings:
                 max_stalled=policy.max_stalled,
                 timeout_ms=None,
                 fetch_next=policy.fetch_next,
+                lazy_fail=policy.lazy_fail,
             )
         if isinstance(policy, TimeoutPolicy):
             return cls(

@@ -346,9 +346,32 @@ class LiveWorker:
             back = self.reconnect_at(t)
             if back is not None:  # taken while disconnected: the reply is read at the reconnect
                 self.sleep_until(back)
+            threading.Thread(
+                target=self.guard(self.start_job), args=(job, token, t, slots), daemon=True
+            ).start()
+
+    def doomed(self, job: str) -> bool:
+        """lazy_fail (BullMQ 6): whether the sweep marked the job (`defa`) for its next taker to fail. BullMQ
+        reads it in moveToActive's reply; here it is one more read, right after the take."""
+        if not self.cfg.get("lazy_fail"):
+            return False
+        key = self.cfg["keys"]["prefix"] + job
+        return self.send(lambda _: self.client.hget(key, "defa"))[1] is not None
+
+    def start_job(self, job: str, token: str, t: float, slots: threading.Semaphore) -> None:
+        """A job the fetcher took: fail it at once if marked (lazy_fail: its attempt never starts), else work
+        on it (`run_job`)."""
+        if self.doomed(job):
+            self.emit("take", job=job, token=token, t=t, s=None)
+            fetched = self.fail_job(job, token, "job stalled more than allowable limit", attempts=1)
+            if fetched is None:
+                slots.release()
+                return
+            job, token = fetched
+        else:
             started = time.time()
             self.begin(job, token, t, started, int(started * 1000))
-            threading.Thread(target=self.guard(self.run_job), args=(job, token, slots), daemon=True).start()
+        self.run_job(job, token, slots)
 
     def begin(self, job: str, token: str, t: float, started: float, tracked_ms: int, **extra: Any) -> None:
         """Start work on a job taken at (sent) time `t`: the lock manager tracks it from `tracked_ms`."""
@@ -410,7 +433,9 @@ class LiveWorker:
         self.emit("finished", job=job, token=token, t=sent, r=time.time(), code=code, active=active)
         return self.after_finish(job, token, sent, fetched, nxt)
 
-    def fail_job(self, job: str, token: str, reason: str) -> tuple[str, str] | None:
+    def fail_job(
+        self, job: str, token: str, reason: str, attempts: int | None = None
+    ) -> tuple[str, str] | None:
         """moveToFinished(failed) by the holder (fail.lua), retried while the job's `attempts` are not used up;
         with fetchNext an accepted failure that is not a retry takes the next job (returned, as
         `work_and_finish` does)."""
@@ -424,7 +449,8 @@ class LiveWorker:
 
         def fail(t: float) -> Any:
             fetch = None if nxt is None else (nxt, int(t * 1000), take["lock_ms"], take["set_lock"])
-            return self.scripts.fail(job, token, self.cfg["fenced"], self.cfg.get("attempts", 1), fetch)
+            tries = self.cfg.get("attempts", 1) if attempts is None else attempts
+            return self.scripts.fail(job, token, self.cfg["fenced"], tries, fetch)
 
         sent, reply = self.request("finish", fail)
         code, active, retried, fetched = [READONLY_CODE, 0, 0, ""] if reply is READONLY else list(reply)
@@ -449,6 +475,9 @@ class LiveWorker:
             self.sleep_until(back)
         # BullMQ tracks a fetched job from its processedOn (trackJob(job.id, token, job.processedOn)): the
         # time the finish was sent, which is the `now` the script stamped.
+        if self.doomed(fetched):  # marked by lazy_fail: failed at once, never started
+            self.emit("take", job=fetched, token=nxt, t=sent, s=None, fetched=True)
+            return self.fail_job(fetched, nxt, "job stalled more than allowable limit", attempts=1)
         self.begin(fetched, nxt, sent, time.time(), int(sent * 1000), fetched=True)
         return fetched, nxt
 
@@ -522,6 +551,11 @@ class LiveWorker:
         sweep = self.cfg["sweep"]
         kind = sweep["kind"]
         interval = sweep["interval_ms"] / 1000
+        lazy = bool(sweep.get("lazy_fail"))  # a job past max_stalled is marked (`defa`), not failed
+
+        def two_phase(now_ms: int, interval_ms: int, max_stalled: int | None) -> Any:
+            return self.scripts.sweep_two_phase(now_ms, interval_ms, max_stalled, lazy)
+
         self.sleep_until(self.t0 + self.first_sweep_ms / 1000)
         while not self.stopping.is_set():
             self.wait_loop()
@@ -532,7 +566,7 @@ class LiveWorker:
                     lambda t: self.scripts.reap(int(t * 1000), sweep["timeout_ms"], sweep["max_stalled"]),
                 )
             else:
-                fn = self.scripts.sweep_two_phase if kind == "two_phase" else self.scripts.sweep_single_phase
+                fn = two_phase if kind == "two_phase" else self.scripts.sweep_single_phase
                 t, reply = self.request(
                     "sweep", lambda t, f=fn: f(int(t * 1000), sweep["interval_ms"], sweep["max_stalled"])
                 )
