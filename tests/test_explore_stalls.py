@@ -58,3 +58,32 @@ def test_cli_explore_a_failover(capsys):
     assert code == 0
     assert "timings of failover (every client)" in out
     assert "smallest counterexample of live_never_reclaimed:" in out and "fault0.readonly 0.002 s" in out
+
+
+def test_a_freeze_right_after_a_finish_that_took_the_next_job_is_the_closed_form():
+    # issue 25 item 5: a backlog (three jobs, two workers), the worker that finished job 0 freezes 1 ms after
+    # sending the finish, its reply still on the way (rtt 2 ms). With fetch_next that finish already locked
+    # job 2 to it: the lock lapses iff u + X > L (`fetched_lock_lapses`), so the shortest freeze that has the
+    # reaper take job 2 from the frozen worker is 20.000 s. A take in its own round trip hands it nothing.
+    from emqsim.analytic_stalls import fetched_lock_lapses
+
+    fault = FaultSpec("finish-freeze", offset=(1, 1), params={"length": (19_000, 21_000)})
+    policy = LeasePolicy(20.0, 5.0, 1.0, swept_by="reaper", fetch_next=True)
+    first, last = _boundary(fault, policy)
+    assert first == last == 20_000
+    assert fetched_lock_lapses(20.0, 0.001, first / 1000)
+    assert not fetched_lock_lapses(20.0, 0.001, (first - 1) / 1000)
+    plain = LeasePolicy(20.0, 5.0, 1.0, swept_by="reaper")
+    assert not explore(space(plain, [fault], sweep_phases=False), ties=False).boundaries
+
+
+def test_a_finish_freeze_strikes_the_worker_that_finished_and_is_on_the_command_line(capsys):
+    with pytest.raises(ConfigError, match="leave its target out"):
+        FaultSpec("finish-freeze", target=OTHER, params={"length": (1, 1)})
+    code = main(
+        ["explore", "--lease", "20", "--beat", "5", "--scan", "1", "--swept-by", "reaper",
+         "--fault", "finish-freeze,length=19.99:20.01,offset=0.001", "--no-ties"]
+    )  # fmt: skip
+    out, _ = capsys.readouterr()
+    assert code == 0
+    assert "timings of finish-freeze (the job's worker)" in out

@@ -295,13 +295,15 @@ def test_a_restart_of_someone_elses_redis_is_refused():
 
 
 def test_a_failover_is_refused_with_one_line_naming_without_outages():
-    """Refused: clients left on the demoted primary (readonly > 0), or someone else's Redis; a failover whose
-    clients come back to the new primary runs (tests/test_live_failover.py)."""
+    """Refused on someone else's Redis; on its own servers a failover runs, whether its clients come back to
+    the new primary (tests/test_live_failover.py) or stay on the demoted one (readonly > 0,
+    tests/test_live_stalls.py)."""
     failover = two_jobs(Outage(at=5, duration=8, lost_writes=2, readonly=3))
     with pytest.raises(ConfigError, match="--without-outages") as info:
-        LiveRun(failover, policy(), time_scale=SCALE)
+        LiveRun(failover, policy(), time_scale=SCALE, redis_url="redis://localhost:6379/15")
     assert "\n" not in str(info.value) and "failover" in str(info.value)
-    LiveRun(without_outages(failover), policy(), time_scale=SCALE)  # accepted once stripped
+    LiveRun(failover, policy(), time_scale=SCALE)  # accepted on its own servers
+    LiveRun(without_outages(failover), policy(), time_scale=SCALE)  # and once stripped
     LiveRun(two_jobs(Outage(at=5, duration=8)), policy(), time_scale=SCALE)  # a plain outage is accepted
     LiveRun(two_jobs(Outage(at=5, duration=8, lost_writes=2)), policy(), time_scale=SCALE)  # so is a failover
     with pytest.raises(ConfigError, match="only its own private redis-servers") as info:
@@ -316,10 +318,8 @@ def test_the_cli_refuses_a_failover_with_exit_2_and_one_line(monkeypatch, capsys
 
     failover = two_jobs(Outage(at=5, duration=8, lost_writes=2, readonly=3))
     monkeypatch.setattr(live_cli, "standard", lambda name: failover)
-    assert (
-        main(["live", "--scenario", "flaky-network", "--lease", "3", "--scan", "1", "--time-scale", "0.2"])
-        == 2
-    )
+    argv = ["live", "--scenario", "flaky-network", "--lease", "3", "--scan", "1", "--time-scale", "0.2"]
+    assert main([*argv, "--redis", "redis://localhost:6379/15"]) == 2  # a failover of someone else's Redis
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--without-outages" in err and "failover" in err
 

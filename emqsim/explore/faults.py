@@ -25,6 +25,10 @@ class FaultKind:
     place: Callable[[str, int, Mapping[str, int], int], Any]
     description: str
     targeted: bool = True
+    # A kind that strikes after the job's finish: its offset counts from the finish's send (the space adds the
+    # job's work), and the world has a backlog of `jobs` jobs, so that the finish has a next job to take.
+    after_finish: bool = False
+    jobs: int = 1
 
 
 def _place_crash(target: str, at_ms: int, params: Mapping[str, int], start_ms: int) -> Crash:
@@ -58,6 +62,24 @@ register_fault(FaultKind("freeze", ("length",), _place_pause(Freeze), "a stop-th
 
 register_fault(
     FaultKind("block", ("length",), _place_pause(Block), "a blocked event loop: work goes on, no renewals")
+)
+
+
+def _place_finish_freeze(target: str, at_ms: int, params: Mapping[str, int], start_ms: int) -> Any:
+    # at_ms: into job 0's attempt, past its work (the space adds it): the worker that finished job 0 freezes
+    return Freeze(job=0, after=at_ms / 1000, duration=params["length"] / 1000)
+
+
+register_fault(
+    FaultKind(
+        "finish-freeze",
+        ("length",),
+        _place_finish_freeze,
+        "the job's worker freezes for `length`, `offset` after sending its finish, which under a backlog "
+        "(two jobs) and `fetch_next` has already locked the next job to it",
+        after_finish=True,
+        jobs=3,
+    )
 )
 
 
@@ -138,6 +160,10 @@ class FaultSpec:
         kind = FAULT_KINDS[self.kind]
         if not kind.targeted and self.target != HOLDER:
             raise ConfigError(f"fault {self.kind!r} hits every worker at once: leave its target out")
+        if kind.after_finish and self.target != HOLDER:
+            raise ConfigError(
+                f"fault {self.kind!r} strikes the worker that finished the job: leave its target out"
+            )
         missing = set(kind.params) - set(self.params)
         extra = set(self.params) - set(kind.params)
         if missing or extra:

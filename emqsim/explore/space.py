@@ -73,8 +73,9 @@ class Space:
         faults = []
         for i, spec in enumerate(self.faults):
             params = {name: values[f"fault{i}.{name}"] for name in FAULT_KINDS[spec.kind].params}
-            place = FAULT_KINDS[spec.kind].place
-            faults.append(place(spec.target, values[f"fault{i}.offset"], params, self.rtt_ms))
+            kind = FAULT_KINDS[spec.kind]
+            at_ms = values[f"fault{i}.offset"] + (self.duration_ms if kind.after_finish else 0)
+            faults.append(kind.place(spec.target, at_ms, params, self.rtt_ms))
         phases: dict[tuple[str, int], int] = {}
         for role, value in values.items():
             timer, _, who = role.partition(".")
@@ -83,7 +84,7 @@ class Space:
         scenario = Scenario(
             name="explore",
             workers=self.workers,
-            jobs=1,
+            jobs=max(FAULT_KINDS[spec.kind].jobs for spec in self.faults),  # a backlog if a kind needs one
             duration=Fixed(self.duration_ms / 1000),
             faults=tuple(faults),
             network=Network(rtt=Fixed(self.rtt_ms / 1000)),
@@ -99,7 +100,10 @@ class Space:
     def fault_time_ms(self, point: Sequence[int]) -> int:
         """When the first fault strikes (ms; the job starts at rtt)."""
         values = self.coords(point)
-        return self.rtt_ms + min(values[f"fault{i}.offset"] for i in range(len(self.faults)))
+        return self.rtt_ms + min(
+            values[f"fault{i}.offset"] + (self.duration_ms if FAULT_KINDS[spec.kind].after_finish else 0)
+            for i, spec in enumerate(self.faults)
+        )
 
 
 def _steady_window(policy: ReclaimPolicy, workers: int, rtt_ms: int, tick_ms: int) -> tuple[int, int]:
@@ -167,6 +171,8 @@ def space(
         if spec.offset is None and window is None:
             window = _steady_window(policy, workers, rtt_ms, tick_ms or 0)
         offset = spec.offset or window
+        if spec.offset is None and FAULT_KINDS[spec.kind].after_finish:  # from the finish: one renewal period
+            offset = (0, tick_ms or policy.sweep_interval_ms)
         assert offset is not None  # the window is computed for every fault without an offset
         lo, hi = offset
         dims.append(Dim(f"fault{i}.offset", lo, hi))

@@ -40,15 +40,14 @@ def add_live_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         default="fast-dead",
         help=f"one of {', '.join(STANDARD)} (default fast-dead); connection outages are reproduced by "
-        "holding each worker's requests back while its connection is down (a failover whose clients come "
-        "back to the demoted primary, as `failover`'s, is sim-only: --without-outages drops it)",
+        "holding each worker's requests back while its connection is down, failovers on two real "
+        "redis-servers (--without-outages drops them)",
     )
     parser.add_argument(
         "--without-outages",
         action="store_true",
-        help="drop the scenario's connection outages, failovers included (live mode refuses only failovers onto "
-        "a demoted primary; "
-        "compare with `emqsim run --scenario NAME --outage-rate 0`)",
+        help="drop the scenario's connection outages, failovers included "
+        "(compare with `emqsim run --scenario NAME --outage-rate 0`)",
     )
     parser.add_argument(
         "--redis-restart-at",

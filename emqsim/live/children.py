@@ -22,7 +22,9 @@ from emqsim.faults import (
 )
 from emqsim.keys import QueueKeys
 from emqsim.live.lua import key_names
+from emqsim.live.partition import Partitions
 from emqsim.live.records import Proc
+from emqsim.live.server import PrivateRedis
 from emqsim.live.settings import LiveSettings
 from emqsim.policies import ReclaimPolicy
 from emqsim.processes import die_with_parent, signal_group
@@ -58,6 +60,11 @@ class ChildHost(Protocol):
     worker_events: list[tuple[float, int, str, str]]
     executing: dict[str, int]
     first_taken: set[str]
+    sandboxed: bool
+    children: dict[str, int]
+    switch_times: list[tuple[float, float]]
+    partitions: Partitions
+    server: PrivateRedis | None
 
     def _rng(self, name: str, *index: int) -> np.random.Generator: ...
     def outages_of(
@@ -66,7 +73,7 @@ class ChildHost(Protocol):
     def real_window(self, window: OutageWindow) -> tuple[float, float, float]: ...
     def redis_down_within(self, begin: float, back: float) -> bool: ...
     def random_faults(self, wid: int, now: float) -> None: ...
-    def job_started(self, proc: Proc, job: int, started: float) -> None: ...
+    def job_started(self, proc: Proc, job: int, started: float, token: str = "") -> None: ...
     def spawn(self, role: str) -> Proc: ...
     def start(self, proc: Proc, wid: int, t_go: float, restarted: bool = False) -> None: ...
     def send(self, proc: Proc, line: str) -> None: ...
@@ -97,6 +104,7 @@ class ChildProcesses:
                 "kind": live.sweep_kind,
                 "interval_ms": live.sweep_ms,
                 "max_stalled": live.max_stalled,
+                "lazy_fail": live.lazy_fail,
                 "timeout_ms": live.timeout_ms,
             }
         network = self.scenario.network
@@ -108,6 +116,10 @@ class ChildProcesses:
             "concurrency": self.scenario.concurrency,
             "take": {"lock_ms": live.lock_ms, "set_lock": live.set_lock},
             "fenced": live.fenced,
+            "fetch_next": live.fetch_next,
+            "sandboxed": self.sandboxed,
+            "lazy_fail": live.lazy_fail and live.sweep_kind == "two_phase",  # the two-phase sweep marks
+            "attempts": self.scenario.attempts,
             "remove_on_complete": self.scenario.remove_on_complete,
             "renewal": live.renewal if role == "worker" else None,
             "sweep": sweep,
@@ -155,7 +167,11 @@ class ChildProcesses:
             )
         else:
             first_renew, first_sweep = self.phases(wid)
+        url = None
         if proc.role == "worker":
+            assert self.server is not None or not self.partitions.faults  # (refused with a Redis URL)
+            if self.server is not None:
+                url = self.partitions.url_for(wid, self.server.socket_path)  # a partition's proxy
             outages = self.outages_of(proc, wid, t_go, restarted)
         else:  # the reaper is cut off only while Redis itself restarts
             outages = [self.real_window(w) for w in self.restarts]
@@ -166,6 +182,9 @@ class ChildProcesses:
             "first_sweep_ms": round(first_sweep * self.scale),
             "seed": int(self._rng("network", wid if wid >= 0 else 10**9).integers(0, 2**31)),
             "outages": [[begin, back, self.redis_down_within(begin, back)] for begin, _, back in outages],
+            "switches": self.switch_times,  # a failover's clients moved off the demoted primary
+            "redis": url,  # the worker's own address (a partition's proxy), if not the run's
+            "held": proc.held,  # its partitions: what it sends meanwhile reaches Redis at their end
         }
         self.send(proc, "go " + json.dumps(go))
         if proc.role == "worker":
@@ -271,17 +290,29 @@ class ChildProcesses:
             return
         if kind == "bye":
             return
+        if kind == "child":  # a sandboxed job's child process (its pid, for a ChildCrash to kill)
+            self.children[ev["token"]] = int(ev["pid"])
+            return
         self.events.append(ev)
         if kind == "take":
             assert proc.wid is not None  # workers take; the reaper does not
             self.executing[ev["token"]] = proc.wid
             if ev["job"] not in self.first_taken:
                 self.first_taken.add(ev["job"])
-                self.job_started(proc, int(ev["job"]), ev["s"])
+                self.job_started(proc, int(ev["job"]), ev["s"], ev["token"])
+        elif kind in ("finishing", "failing"):
+            self.children.pop(ev["token"], None)
         elif kind == "finished":
             self.executing.pop(ev["token"], None)
             if ev["active"]:
                 self.settled += 1
+        elif kind == "failed":  # a holder's failure: the job failed, or with attempts left went back to wait
+            self.executing.pop(ev["token"], None)
+            if ev["active"] and not ev["retried"]:
+                self.settled += 1
+        elif kind == "child_exit":
+            assert proc.wid is not None
+            self.worker_events.append((ev["t"], proc.wid, "child_crash", f"job {ev['job']}"))
         elif kind == "sweep":
             self.settled += len(ev["failed"])
 

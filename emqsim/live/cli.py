@@ -180,8 +180,7 @@ def format_run(run: Run, real_seconds: float, redis_url: str | None = None) -> s
 
 def without_outages(scenario: Scenario) -> Scenario:
     """The scenario with its connection outages removed (explicit ones, failovers among them, and the random
-    ones); everything else is unchanged. The live mode reproduces outages and failovers, but refuses a failover
-    whose clients stay on the demoted primary (`readonly`)."""
+    ones); everything else is unchanged: to compare with the simulator without them."""
     faults = tuple(f for f in scenario.faults if not isinstance(f, Outage))
     randoms = scenario.random_faults
     if randoms is not None and randoms.outage_rate > 0:

@@ -4,6 +4,7 @@ scenario's times and from the same named random streams as the simulator, scaled
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import time
@@ -13,7 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 import redis
 
-from emqsim.faults import Block, Crash, Freeze, MemoryPressure, as_distribution
+from emqsim.faults import Block, ChildCrash, Crash, Freeze, MemoryPressure, as_distribution
 from emqsim.keys import QueueKeys
 from emqsim.live.records import Proc
 from emqsim.live.settings import LiveSettings
@@ -36,7 +37,8 @@ class FaultHost(Protocol):
     synthetic_takes: list[dict[str, Any]]
     worker_events: list[tuple[float, int, str, str]]
     executing: dict[str, int]
-    job_faults: dict[int, list[Crash | Freeze | Block]]
+    job_faults: dict[int, list[Crash | Freeze | Block | ChildCrash]]
+    children: dict[str, int]
     restart_requested: dict[int, float]
     redis_down: bool
     after_restart: list[Callable[[], None]]
@@ -53,7 +55,10 @@ class FaultHost(Protocol):
     def pump(self, timeout: float) -> None: ...
     def on_event(self, proc: Proc, ev: dict[str, Any]) -> None: ...
     def start_pending(self) -> None: ...
-    def apply(self, wid: int, fault: Crash | Freeze | Block, rng: Any) -> None: ...
+    def apply(
+        self, wid: int, fault: Crash | Freeze | Block | ChildCrash, rng: Any, token: str = ""
+    ) -> None: ...
+    def child_crash(self, wid: int, token: str) -> None: ...
     def block(self, wid: int, duration_s: float) -> None: ...
     def crash(self, wid: int, restart_after: float | None) -> None: ...
     def reconcile(self, proc: Proc, died: float) -> None: ...
@@ -65,15 +70,22 @@ class FaultHost(Protocol):
 class FaultInjection:
     """The fault side of `LiveRun` (a mixin): what the parent does to its worker processes."""
 
-    def job_started(self: FaultHost, proc: Proc, job: int, started: float) -> None:
+    def job_started(self: FaultHost, proc: Proc, job: int, started: float, token: str = "") -> None:
         for i, fault in enumerate(self.job_faults.get(job, ())):
             rng = self._rng("job_faults", job, i)
             after = to_ms(float(as_distribution(fault.after, "after").sample(rng, 1)[0])) / 1000
-            self.at(started + after * self.scale, lambda f=fault, r=rng, w=proc.wid: self.apply(w, f, r))
+            self.at(
+                started + after * self.scale,
+                lambda f=fault, r=rng, w=proc.wid, k=token: self.apply(w, f, r, k),
+            )
 
-    def apply(self: FaultHost, wid: int, fault: Crash | Freeze | Block, rng: Any) -> None:
+    def apply(
+        self: FaultHost, wid: int, fault: Crash | Freeze | Block | ChildCrash, rng: Any, token: str = ""
+    ) -> None:
         if isinstance(fault, Crash):
             self.crash(wid, fault.restart_after)
+        elif isinstance(fault, ChildCrash):
+            self.child_crash(wid, token)
         else:
             duration = to_ms(float(as_distribution(fault.duration, "duration").sample(rng, 1)[0])) / 1000
             if isinstance(fault, Block):
@@ -125,6 +137,16 @@ class FaultInjection:
             settle()
         if restart_after is not None:
             self.at(now + restart_after * self.scale, self.restart)
+
+    def child_crash(self: FaultHost, wid: int, token: str) -> None:
+        """The sandboxed child running the take `token`'s job dies (SIGKILL): its worker, alive, sees the exit
+        and fails the job (fail.lua), retried while the scenario's `attempts` are not used up. Nothing happens
+        if the job's work is already done or its worker is dead, as in the simulator."""
+        pid = self.children.pop(token, None)
+        if pid is None or self.procs[wid].state == "dead":
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
     def reconcile(self: FaultHost, proc: Proc, died: float) -> None:
         """Steps the dead worker ran in Redis but never reported (killed between the reply and the report

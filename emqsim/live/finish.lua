@@ -1,19 +1,47 @@
 -- moveToFinished (emqsim.protocol.Queue.finish): with the token check, a missing or foreign lock rejects
 -- the completion (-2 "Missing lock", -6 "Lock mismatch", -3 "not in the active state").
--- KEYS[1] active, KEYS[2] stalled, KEYS[3] completed
+-- KEYS[1] active, KEYS[2] stalled, KEYS[3] completed, KEYS[4] wait (only with fetchNext)
 -- ARGV[1] key prefix "emq:{queue}:", ARGV[2] job id, ARGV[3] token, ARGV[4] "1" to check the token,
 -- ARGV[5] "1" to remove a completed job (its hash deleted, its id not added to completed)
--- Returns {code, was_active (1/0)}.
+-- fetchNext (emqsim.server.Server.finish_and_fetch; BullMQ's moveToFinished with fetchNext,
+-- moveToFinished-14.lua's moveJobFromWaitToActive): ARGV[6] the next take's token ("" or absent: no fetch),
+-- ARGV[7] now (ms), ARGV[8] lock duration in ms ("" = a lock without expiry), ARGV[9] "1" to set the lock.
+-- An accepted finish (code 0) then takes the next waiting job for the same slot, as take.lua does.
+-- Returns {code, was_active (1/0)}, with fetchNext {code, was_active, the fetched job id or ""}.
 local id = ARGV[2]
 local check = ARGV[4] == "1"
+local fetch = ARGV[6] ~= nil and ARGV[6] ~= ""
+local function done(code, active)
+  if not fetch then
+    return {code, active}
+  end
+  local next_id = ""
+  if code == 0 then
+    local taken = redis.call("LMOVE", KEYS[4], KEYS[1], "RIGHT", "LEFT")
+    if taken then
+      next_id = taken
+      if ARGV[9] == "1" then
+        local lock = ARGV[1] .. taken .. ":lock"
+        if ARGV[8] == "" then
+          redis.call("SET", lock, ARGV[6])
+        else
+          redis.call("SET", lock, ARGV[6], "PX", ARGV[8])
+        end
+      end
+      redis.call("HINCRBY", ARGV[1] .. taken, "ats", 1)
+      redis.call("HSET", ARGV[1] .. taken, "processedOn", ARGV[7])
+    end
+  end
+  return {code, active, next_id}
+end
 if check then
   local lock = ARGV[1] .. id .. ":lock"
   local current = redis.call("GET", lock)
   if not current then
-    return {-2, 0}
+    return done(-2, 0)
   end
   if current ~= ARGV[3] then
-    return {-6, 0}
+    return done(-6, 0)
   end
   redis.call("DEL", lock)
   redis.call("SREM", KEYS[2], id)
@@ -21,14 +49,14 @@ end
 local removed = redis.call("LREM", KEYS[1], -1, id)
 if removed == 0 then
   if check then
-    return {-3, 0}
+    return done(-3, 0)
   end
   -- Unchecked: the ack is accepted, but the job is no longer active, so nothing else changes.
-  return {0, 0}
+  return done(0, 0)
 end
 if ARGV[5] == "1" then
   redis.call("DEL", ARGV[1] .. id)
 else
   redis.call("SADD", KEYS[3], id)
 end
-return {0, 1}
+return done(0, 1)

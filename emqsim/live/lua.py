@@ -22,6 +22,7 @@ SCRIPT_NAMES = (
     "take",
     "extend_locks",
     "finish",
+    "fail",
     "sweep_two_phase",
     "sweep_single_phase",
     "reap",
@@ -48,6 +49,14 @@ def key_names(base: str) -> dict[str, str]:
 
 def _opt_int(value: int | None) -> str:
     return "" if value is None else str(int(value))
+
+
+def _fetch_args(fetch: tuple[str, int, int | None, bool] | None) -> list[str]:
+    """fetchNext's arguments (finish.lua, fail.lua): the next take's token, now, lock ms, set lock; none."""
+    if fetch is None:
+        return ["", "", "", "0"]
+    token, now_ms, lock_ms, set_lock = fetch
+    return [token, str(int(now_ms)), _opt_int(lock_ms), "1" if set_lock else "0"]
 
 
 class RawScripts:
@@ -85,21 +94,54 @@ class RawScripts:
             args += [job_id, token]
         return self.call("extend_locks", [self.k["stalled"]], args)
 
-    def finish(self, job_id: str, token: str, check_token: bool, remove_on_complete: bool = False) -> list:
-        keys = [self.k["active"], self.k["stalled"], self.k["completed"]]
+    def finish(
+        self,
+        job_id: str,
+        token: str,
+        check_token: bool,
+        remove_on_complete: bool = False,
+        fetch: tuple[str, int, int | None, bool] | None = None,
+    ) -> list:
+        """The finish; with `fetch` = (next token, now ms, lock ms, set lock), BullMQ's fetchNext: an accepted
+        finish takes the next waiting job in the same script (a third reply element: its id, or "")."""
+        keys = [self.k["active"], self.k["stalled"], self.k["completed"], self.k["wait"]]
         args = [
             self.k["prefix"],
             job_id,
             token,
             "1" if check_token else "0",
             "1" if remove_on_complete else "0",
+            *_fetch_args(fetch),
         ]
         return self.call("finish", keys, args)
 
-    def sweep_two_phase(self, now_ms: int, interval_ms: int, max_stalled: int | None) -> list:
+    def fail(
+        self,
+        job_id: str,
+        token: str,
+        check_token: bool,
+        attempts: int = 1,
+        fetch: tuple[str, int, int | None, bool] | None = None,
+    ) -> list:
+        """The holder's move to failed (retried while `attempts` are not used up); `fetch` as in `finish`.
+        Replies {code, was_active, retried, fetched id or ""}."""
+        keys = [self.k["active"], self.k["stalled"], self.k["failed"], self.k["wait"]]
+        args = [
+            self.k["prefix"],
+            job_id,
+            token,
+            "1" if check_token else "0",
+            int(attempts),
+            *_fetch_args(fetch),
+        ]
+        return self.call("fail", keys, args)
+
+    def sweep_two_phase(
+        self, now_ms: int, interval_ms: int, max_stalled: int | None, lazy_fail: bool = False
+    ) -> list:
         k = self.k
         keys = [k["stalled_check"], k["stalled"], k["active"], k["wait"], k["failed"]]
-        args = [k["prefix"], int(now_ms), int(interval_ms), _opt_int(max_stalled)]
+        args = [k["prefix"], int(now_ms), int(interval_ms), _opt_int(max_stalled), "1" if lazy_fail else "0"]
         return self.call("sweep_two_phase", keys, args)
 
     def sweep_single_phase(self, now_ms: int, interval_ms: int, max_stalled: int | None) -> list:

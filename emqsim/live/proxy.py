@@ -69,6 +69,8 @@ class RedisProxy:
         self._writers |= pair
         try:
             await asyncio.gather(self._pump(reader, up_writer), self._pump(up_reader, writer))
+        except asyncio.CancelledError:
+            pass  # `close` with the connection still open: it ends here, without a logged traceback
         finally:
             self._writers -= pair
 

@@ -39,6 +39,7 @@ class Proc:
     open_eof: bool = True
     started: bool = False
     outages: list[tuple[float, float]] = field(default_factory=list)  # (disconnected, reconnected), real
+    held: list[tuple[float, float]] = field(default_factory=list)  # a partition's proxy holding, real
 
     def state_at(self, t: float) -> str:
         """Its state at real time `t`: as the simulator's `Worker.state_at`, an alive worker whose connection
@@ -103,6 +104,7 @@ def build_run(self: RunFacts, end: float, ended_by: str) -> Run:
     lease_s = None if self.live.lock_ms is None else self.live.lock_ms / 1000
     sent_finish: set[str] = set()  # tokens whose worker reported sending the finish
     applied: set[str] = set()  # tokens whose finish Redis ran
+    stopped: set[str] = set()  # tokens whose sandboxed child died (their work ended there)
     for ev in self.events:
         kind = ev["e"]
         if kind == "finishing" and ev["token"] in by_token:
@@ -115,6 +117,21 @@ def build_run(self: RunFacts, end: float, ended_by: str) -> Run:
             ledger.finish_applied(a, s(ev["t"]), None if code == 0 else _finish_error(code, a.job))
             if code == 0 and locks and self.live.fenced:
                 ledger.lock(s(ev["t"]), a.job, a.token, "released")
+        elif kind == "child_exit" and ev["token"] in by_token:  # a sandboxed child died: the work stops
+            a = by_token[ev["token"]]
+            ledger.stopped(a, s(ev["t"]), ev["worked"] / self.scale)
+            stopped.add(a.token)
+        elif kind == "failed" and ev["token"] in by_token:  # the holder's move to failed (or a retry)
+            a = by_token[ev["token"]]
+            applied.add(a.token)
+            code = int(ev["code"])
+            moved = code == 0 and bool(ev["active"])
+            ledger.fail_applied(a, s(ev["t"]), moved, None if code == 0 else _finish_error(code, a.job))
+            if moved and locks and self.live.fenced:
+                ledger.lock(s(ev["t"]), a.job, a.token, "released", detail=ev["reason"])
+        elif kind == "renew" and locks and ev.get("readonly"):  # refused by a demoted primary
+            for job, token in ev["held"]:
+                ledger.lock(s(ev["t"]), job, token, "renew_failed", detail="READONLY")
         elif kind == "renew" and locks:
             failed = set(ev["failed"] or ())
             for job, token in ev["held"]:
@@ -152,7 +169,7 @@ def build_run(self: RunFacts, end: float, ended_by: str) -> Run:
             finished = False
         took = death is not None and ev["t"] <= death
         worked = None
-        if ev["s"] is not None and not finished:
+        if ev["s"] is not None and not finished and a.token not in stopped:
             stop = death if death is not None and took else end
             worked = _worked(proc, ev["s"], stop, self.scale)
         if death is not None and took:
@@ -177,10 +194,12 @@ def build_run(self: RunFacts, end: float, ended_by: str) -> Run:
         lock_events = with_expiries(ledger.lock_events, s(end), 0.001 / self.scale)
     # Round trips by kind, from the reports (exact even for killed workers); only the empty polls of
     # `take` come from the workers' periodic counters.
-    kinds = {"take": "take", "finishing": "finish", "renew": "renew", "sweep": "sweep"}
+    kinds = {"take": "take", "finishing": "finish", "failing": "finish", "renew": "renew", "sweep": "sweep"}
     counts = {"poll": sum(p.counts.get("poll", 0) for p in procs.values())}
     for ev in self.events:
         kind = kinds.get(ev["e"])
+        if ev.get("fetched"):  # a take by a finish's fetchNext: in the finish's round trip, as the simulator
+            continue
         if kind is not None and ev not in self.synthetic_takes:
             counts[kind] = counts.get(kind, 0) + 1
     return Run(

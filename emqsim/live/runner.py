@@ -54,6 +54,7 @@ from emqsim.live.children import SPARES, ChildProcesses
 from emqsim.live.clockwatch import ClockWatch, Steadiness
 from emqsim.live.failover import Failover, check_failover, failovers_of
 from emqsim.live.faults import FaultInjection, memory_pressure
+from emqsim.live.partition import Partitions, check_partitions
 from emqsim.live.records import Proc, build_run
 from emqsim.live.scripts import LuaQueue
 from emqsim.live.server import (
@@ -125,15 +126,14 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
             gaps = stream(seed, replication, "arrivals").exponential(1 / rate, scenario.jobs)
             self.arrival_s = [ms / 1000 for ms in itertools.accumulate(to_ms(float(g)) for g in gaps)]
         check_failover(scenario.faults, redis_url)  # a failover on its own servers (emqsim.live.failover)
+        check_partitions(
+            scenario.faults, redis_url
+        )  # silent partitions through proxies (emqsim.live.partition)
+        self.partitions = Partitions(scenario.faults)
         if failovers_of(scenario.faults) and self.live.swept_by == "reaper":
             raise ConfigError(
                 "live mode fails over runs swept by the workers; a policy with a separate reaper (whose "
                 "connection would stay on the demoted primary) fails over in the simulator only"
-            )
-        if any(isinstance(f, ChildCrash) for f in scenario.faults):
-            raise ConfigError(
-                "live mode reproduces crashes, freezes, blocked event loops and connection outages; "
-                "sandboxed children's crashes (ChildCrash) are sim-only: drop them from the scenario"
             )
         # Connection outages: each worker's windows come from the simulator's own function and streams.
         self.outage_spans = outage_spans(scenario.faults)
@@ -154,10 +154,17 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
         self.commands_before_restarts = 0  # protocol commands counted by servers since shut down
         rf = scenario.random_faults
         self.has_outages = bool(self.outage_spans) or (rf is not None and rf.outage_rate > 0)
-        self.job_faults: dict[int, list[Crash | Freeze | Block]] = {}
+        # A job's faults in the simulator's order: the i-th draws from its ("job_faults", job, i) stream.
+        self.job_faults: dict[int, list[Crash | Freeze | Block | ChildCrash]] = {}
         for fault in scenario.faults:
-            if fault.job is not None and not isinstance(fault, Outage | ChildCrash):  # refused above
+            if fault.job is not None and not isinstance(fault, Outage):
                 self.job_faults.setdefault(fault.job, []).append(fault)
+        # Sandboxed processors (as the simulator, when the scenario has a ChildCrash): every job runs in a
+        # child process of its worker; `children` maps a running job's token to its child's pid.
+        self.sandboxed = any(isinstance(f, ChildCrash) for f in scenario.faults)
+        self.children: dict[str, int] = {}
+        # real (from, until) around a failover's move of the workers off the demoted primary (`Failover`)
+        self.switch_times: list[tuple[float, float]] = []
         # Run state.
         self.procs: dict[int, Proc] = {}  # started processes by worker id (-1: the reaper)
         self.all_procs: list[Proc] = []  # including the idle spare
@@ -223,24 +230,33 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
         )
         windows = never_recovers(windows, self.scenario.faults, wid, restarted)  # Outage(recovers=False)
         real = []
+        seen = []  # every window, the partitions' too: the worker is `disconnected` in all of them
         for begin_ms, up_ms, back_ms in windows:
             begin, up, back = self.real_window((begin_ms, up_ms, min(back_ms, up_ms)))
             if back_ms >= NEVER_MS:  # never back: past the run's end, so the worker's client waits it out
                 back = self.t0 + self.scenario.horizon * self.scale + 86_400.0
             else:
                 back = self.real_window((begin_ms, up_ms, back_ms))[2]
-            real.append((begin, up, back))
+            seen.append((begin, back))
+            # a silent partition: its proxy holds the connection; the worker holds requests only after a give-up
+            own = self.partitions.plan(
+                wid, (begin_ms, up_ms, back_ms), lambda ms: self.t0 + ms / 1000 * self.scale, self.at
+            )
+            if own is not None:
+                real.append(self.real_window(own) if own != (begin_ms, up_ms, back_ms) else (begin, up, back))
+            if own != (begin_ms, up_ms, back_ms):  # what the worker sends meanwhile reaches Redis at `back`:
+                proc.held.append((begin, back))  # let go by the proxy, or resent after TCP gave up
             wait = (back_ms - up_ms) / 1000
             detail = disconnect_detail((begin_ms, up_ms, back_ms), self.restarts)
             self.connection_event(proc, wid, begin, "disconnect", detail)
-            if not self.redis_down_within(begin, back):  # a restart closes every connection itself
-                self.at(begin, lambda w=wid, p=proc: self.drop_connections(p, w))
+            if own == (begin_ms, up_ms, back_ms) and not self.redis_down_within(begin, back):
+                self.at(begin, lambda w=wid, p=proc: self.drop_connections(p, w))  # (a restart closes them)
             if back_ms >= NEVER_MS:  # the client never recovers: it stays cut off
                 self.connection_event(proc, wid, up, "network_up", "the client never reconnects")
                 continue
             self.connection_event(proc, wid, up, "network_up", f"reconnect in {wait:g} s")
             self.connection_event(proc, wid, back, "reconnect", "resending queued commands")
-        proc.outages = [(begin, back) for begin, _, back in real]
+        proc.outages = seen
         return real
 
     def connection_event(self, proc: Proc, wid: int, when: float, kind: str, detail: str) -> None:
@@ -298,10 +314,11 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
                     if self.server is None:
                         delete_prefix(self.client, self.prefix)
                 self.client.close()
+            if self.failover is not None:  # first: a primary with a replica attached waits for it on SIGTERM
+                self.failover.stop()
+            self.partitions.close()
             if self.server is not None:
                 self.server.stop()
-            if self.failover is not None:
-                self.failover.stop()
             if self.tmpdir is not None:
                 shutil.rmtree(self.tmpdir, ignore_errors=True)
 
@@ -324,6 +341,8 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
                 raise RuntimeError(f"worker processes did not start within {self.startup_timeout} s")
             self.pump(0.01)
         self.t0 = time.time() + 0.05
+        if self.failover is not None:  # the workers' `go` carries its switch times
+            self.switch_times = self.failover.switches(self.t0)
         for wid, proc in enumerate(initial):
             self.start(proc, wid, self.t0)
         if reaper is not None:
@@ -337,7 +356,7 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
         for wid in range(scenario.workers):
             self.random_faults(wid, self.t0)
         memory_pressure(self, self.t0)
-        if self.failover is not None:
+        if self.failover is not None:  # after the outages' disconnects: at the same time, those go first
             self.failover.schedule(self.t0)
         for window in self.restarts:
             begin, up, _ = self.real_window(window)

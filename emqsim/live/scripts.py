@@ -52,8 +52,14 @@ class LuaQueue:
         code, was_active = self.raw.finish(job_id, token, check_token, self.remove_on_complete)
         return FinishReply(job_id, int(code), was_active=bool(was_active))
 
-    def sweep_two_phase(self, now_ms: int, interval_ms: int, max_stalled: int | None) -> SweepReply:
-        return _sweep_reply(self.raw.sweep_two_phase(now_ms, interval_ms, max_stalled))
+    def fail(self, job_id: str, token: str, check_token: bool = True, attempts: int = 1) -> FinishReply:
+        code, was_active, retried, _ = self.raw.fail(job_id, token, check_token, attempts)
+        return FinishReply(job_id, int(code), was_active=bool(was_active), retried=bool(retried))
+
+    def sweep_two_phase(
+        self, now_ms: int, interval_ms: int, max_stalled: int | None, lazy_fail: bool = False
+    ) -> SweepReply:
+        return _sweep_reply(self.raw.sweep_two_phase(now_ms, interval_ms, max_stalled, lazy_fail))
 
     def sweep_single_phase(self, now_ms: int, interval_ms: int, max_stalled: int | None) -> SweepReply:
         return _sweep_reply(self.raw.sweep_single_phase(now_ms, interval_ms, max_stalled))

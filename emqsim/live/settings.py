@@ -35,6 +35,8 @@ class LiveSettings:
     swept_by: str
     max_stalled: int | None
     timeout_ms: int | None
+    fetch_next: bool = False  # an accepted finish takes the slot's next job in the same script (finish.lua)
+    lazy_fail: bool = False  # past max_stalled the sweep marks the job (`defa`); its next taker fails it
 
     @property
     def timing_margin_ms(self) -> float:
@@ -72,12 +74,6 @@ class LiveSettings:
                 "recreate_missing": rule.recreate_missing,
                 "track_by": rule.track_by,
             }
-            if policy.lazy_fail:
-                raise ConfigError("live mode fails jobs past max_stalled at the sweep; lazy_fail is sim-only")
-            if policy.fetch_next:
-                raise ConfigError(
-                    "live mode takes in a round trip of its own after a finish; fetch_next is sim-only"
-                )
             return cls(
                 kind="lease",
                 lock_ms=lease,
@@ -89,6 +85,8 @@ class LiveSettings:
                 swept_by=policy.swept_by,
                 max_stalled=policy.max_stalled,
                 timeout_ms=None,
+                fetch_next=policy.fetch_next,
+                lazy_fail=policy.lazy_fail,
             )
         if isinstance(policy, TimeoutPolicy):
             return cls(
@@ -102,6 +100,7 @@ class LiveSettings:
                 swept_by=policy.swept_by,
                 max_stalled=policy.max_stalled,
                 timeout_ms=real("timeout", policy.timeout_ms),
+                fetch_next=policy.fetch_next,
             )
         raise ConfigError(
             f"live mode runs LeasePolicy or TimeoutPolicy (their Lua scripts), got {type(policy).__name__}"

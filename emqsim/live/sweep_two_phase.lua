@@ -3,7 +3,8 @@
 -- active job.
 -- KEYS[1] stalled-check, KEYS[2] stalled, KEYS[3] active, KEYS[4] wait, KEYS[5] failed
 -- ARGV[1] key prefix "emq:{queue}:", ARGV[2] now (ms), ARGV[3] interval in ms, ARGV[4] max stalled
--- count ("" = no limit)
+-- count ("" = no limit), ARGV[5] "1" for lazy failure (BullMQ 6: a job past the limit gets `defa` and still goes
+-- back to `wait`; its next taker fails it)
 -- Returns {skipped (1/0), reclaimed ids, failed ids, marked ids}.
 if redis.call("EXISTS", KEYS[1]) == 1 then
   return {1, {}, {}, {}}
@@ -13,7 +14,11 @@ local max_stalled = tonumber(ARGV[4])
 local reclaimed, failed = {}, {}
 local function requeue(id)
   local count = redis.call("HINCRBY", ARGV[1] .. id, "stc", 1)
-  if max_stalled ~= nil and count > max_stalled then
+  if max_stalled ~= nil and count > max_stalled and ARGV[5] == "1" then
+    redis.call("HSET", ARGV[1] .. id, "defa", "job stalled more than allowable limit")
+    redis.call("RPUSH", KEYS[4], id)
+    reclaimed[#reclaimed + 1] = id
+  elseif max_stalled ~= nil and count > max_stalled then
     redis.call("SADD", KEYS[5], id)
     failed[#failed + 1] = id
   else

@@ -40,6 +40,7 @@ import importlib.util
 import json
 import os
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -61,6 +62,8 @@ else:  # run as a file: load the sibling module without importing the emqsim pac
     RawScripts = _lua.RawScripts  # type: ignore[misc]  # the same class, loaded from its file
 
 LOST = object()  # a request dropped by the emulated network
+READONLY = object()  # a write refused by a demoted primary (Redis's READONLY error)
+READONLY_CODE = -100  # emqsim.protocol.READONLY: a finish refused with READONLY
 # Real seconds a Redis call may wait for a reply; as emqsim.live.server.SOCKET_TIMEOUT (no emqsim import here).
 SOCKET_TIMEOUT = 5.0
 
@@ -80,6 +83,39 @@ class Tracked:
         self.ts = ts
 
 
+class Sandbox:
+    """A sandboxed processor's child process for one job (BullMQ's `sandbox.js`): a real process started with
+    the job (`sleep`, standing for the processor; the worker thread still times the job's work, so a freeze
+    of the worker's process group stops both) and ended when the job's work is done. The worker reports its
+    pid (`child`), so that the parent can kill it (a `ChildCrash`); a thread waits for its exit."""
+
+    def __init__(self, worker: LiveWorker, job: str, token: str) -> None:
+        self.worker, self.job, self.token = worker, job, token
+        self.exited = threading.Event()
+        self.proc = subprocess.Popen(
+            ["sleep", "86400"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        worker.emit("child", job=job, token=token, pid=self.proc.pid)
+        threading.Thread(target=self._wait, daemon=True).start()
+
+    def _wait(self) -> None:
+        self.proc.wait()
+        self.exited.set()
+
+    def died(self, worked: float) -> bool:
+        """Whether the child exited before the job's work was done (reported as `child_exit`, with the real
+        seconds of work done); otherwise it is ended now, its job done."""
+        if self.exited.is_set():
+            self.worker.emit(
+                "child_exit", job=self.job, token=self.token, t=time.time(), worked=worked,
+                code=self.proc.returncode,
+            )  # fmt: skip
+            return True
+        self.proc.kill()
+        self.proc.wait()
+        return False
+
+
 class LiveWorker:
     """One process: its settings, its Redis connection pool, its threads."""
 
@@ -97,6 +133,7 @@ class LiveWorker:
         self.loop = threading.Lock()  # the event loop: held by a blocking (CPU-bound) section
         self.by_job = bool((cfg.get("renewal") or {}).get("track_by") == "job")
         self.counts = {"take": 0, "poll": 0, "renew": 0, "finish": 0, "sweep": 0}
+        self.takes = 0  # tokens handed out (`new_token`)
         self.counts_lock = threading.Lock()
         self.stopping = threading.Event()
         self.go = threading.Event()
@@ -109,6 +146,11 @@ class LiveWorker:
         self.rng_lock = threading.Lock()
         # (disconnected, reconnected, Redis itself down), real times, from `go`
         self.outages: list[tuple[float, float, bool]] = []
+        # real (from, until) in which a silent partition's proxy holds this worker's connections (`go`)
+        self.held: list[tuple[float, float]] = []
+        # real (from, until) around a failover whose clients stay on the demoted primary (`go`): a closed
+        # connection is reopened (the demotion, then the move to the new primary close them)
+        self.switches: list[tuple[float, float]] = []
         self.offline = threading.Condition()  # the offline queue: requests sent in ticket order
         self.tickets = 0
         self.served = 0
@@ -174,12 +216,22 @@ class LiveWorker:
                     return time.time(), LOST
                 continue
             if offline or self.redis_down_at(time.time()):
-                return self.send(fn, issued)
+                t, reply = self.send(fn, issued)
+                return self.reached(t), reply
             t = time.time()
             reply = self.call(fn, t)
             if issued is not None:
                 issued()
-            return t, reply
+            return self.reached(t), reply
+
+    def reached(self, t: float) -> float:
+        """When a request sent at `t` reached Redis: at once, or, sent during a silent partition, at its end
+        (the proxy let go, or after TCP gave up the request was resent at the reconnect). That is the step's
+        time in the records; the script's `now` stays `t`, the client's clock, as BullMQ's."""
+        for begin, end in self.held:
+            if begin <= t < end:
+                return end
+        return t
 
     def reconnect_at(self, t: float) -> float | None:
         """The reconnect ending the outage `t` falls in (None: the connection is up at `t`)."""
@@ -198,12 +250,27 @@ class LiveWorker:
         while True:
             try:
                 return fn(t)
+            except redis.ResponseError as exc:
+                readonly = isinstance(exc, redis.exceptions.ReadOnlyError) or str(exc).startswith("READONLY")
+                now = time.time()
+                if readonly and any(begin <= now <= end for begin, end in self.switches):
+                    return READONLY  # a failover's demoted primary refused the write: the caller goes on
+                raise  # elsewhere (a replica given as --redis) it ends the run with Redis's words
             except redis.ConnectionError:
                 if self.stopping.is_set():
                     raise
                 back = self.reconnect_at(time.time())
                 if back is not None:
                     self.sleep_until(back)
+                    continue
+                now = time.time()
+                if (
+                    self.reconnect_at(now - 0.25) is not None
+                ):  # the parent reopens the far side (a partition's
+                    time.sleep(0.005)  # proxy) on its own clock, a few ms after the reconnect: try again
+                    continue
+                if any(begin <= now <= end for begin, end in self.switches):
+                    time.sleep(0.005)  # a failover's server demoted or left: ioredis reconnects
                     continue
                 last = max((back for _, back, down in self.outages if down), default=None)
                 if last is None or time.time() > last + 30.0:
@@ -243,11 +310,16 @@ class LiveWorker:
         if delay > 0:
             self.stopping.wait(delay)
 
+    def new_token(self) -> str:
+        """The next take's token (`<wid>:<n>`): the fetcher's takes and the finishes' fetchNext share the count."""
+        with self.counts_lock:
+            self.takes += 1
+            return f"{self.wid}:{self.takes}"
+
     def fetcher(self) -> None:
         take = self.cfg["take"]
         slots = threading.Semaphore(self.cfg["concurrency"])
         poll = self.cfg["poll_s"]
-        takes = 0
 
         def take_as(token: str) -> Any:
             return lambda t: self.scripts.take(token, int(t * 1000), take["lock_ms"], take["set_lock"])
@@ -255,58 +327,159 @@ class LiveWorker:
         while not self.stopping.is_set():
             slots.acquire()
             parked = False  # the first take is sent (through the offline queue); the polls after it stand
-            while True:  # for a blocking take parked at Redis, which an outage does not hold back
+            token = (
+                self.new_token()
+            )  # for a blocking take parked at Redis, which an outage does not hold back
+            while True:
                 if self.stopping.is_set():
                     return
                 self.wait_loop()
-                token = f"{self.wid}:{takes + 1}"
                 t, job = self.request("take", take_as(token), offline=not parked)
+                if job is READONLY:  # refused by a demoted primary: no job; BullMQ fetches again at once
+                    job = None
                 if job is not None:
                     break
                 parked = True
                 self.count("poll")
                 self.stopping.wait(poll)
-            takes += 1
             self.count("take")
             back = self.reconnect_at(t)
             if back is not None:  # taken while disconnected: the reply is read at the reconnect
                 self.sleep_until(back)
+            threading.Thread(
+                target=self.guard(self.start_job), args=(job, token, t, slots), daemon=True
+            ).start()
+
+    def doomed(self, job: str) -> bool:
+        """lazy_fail (BullMQ 6): whether the sweep marked the job (`defa`) for its next taker to fail. BullMQ
+        reads it in moveToActive's reply; here it is one more read, right after the take."""
+        if not self.cfg.get("lazy_fail"):
+            return False
+        key = self.cfg["keys"]["prefix"] + job
+        return self.send(lambda _: self.client.hget(key, "defa"))[1] is not None
+
+    def start_job(self, job: str, token: str, t: float, slots: threading.Semaphore) -> None:
+        """A job the fetcher took: fail it at once if marked (lazy_fail: its attempt never starts), else work
+        on it (`run_job`)."""
+        if self.doomed(job):
+            self.emit("take", job=job, token=token, t=t, s=None)
+            fetched = self.fail_job(job, token, "job stalled more than allowable limit", attempts=1)
+            if fetched is None:
+                slots.release()
+                return
+            job, token = fetched
+        else:
             started = time.time()
-            with self.tracked_lock:
-                if self.by_job:  # a lock manager keyed by job id: a re-take replaces the stale entry
-                    for other in [k for k, h in self.tracked.items() if h.job == job]:
-                        del self.tracked[other]
-                self.tracked[token] = Tracked(job, int(started * 1000))
-            self.emit("take", job=job, token=token, t=t, s=started)
-            threading.Thread(target=self.guard(self.run_job), args=(job, token, slots), daemon=True).start()
+            self.begin(job, token, t, started, int(started * 1000))
+        self.run_job(job, token, slots)
+
+    def begin(self, job: str, token: str, t: float, started: float, tracked_ms: int, **extra: Any) -> None:
+        """Start work on a job taken at (sent) time `t`: the lock manager tracks it from `tracked_ms`."""
+        with self.tracked_lock:
+            if self.by_job:  # a lock manager keyed by job id: a re-take replaces the stale entry
+                for other in [k for k, h in self.tracked.items() if h.job == job]:
+                    del self.tracked[other]
+            self.tracked[token] = Tracked(job, tracked_ms)
+        self.emit("take", job=job, token=token, t=t, s=started, **extra)
 
     def run_job(self, job: str, token: str, slots: threading.Semaphore) -> None:
-        remaining = float(self.cfg["works"][int(job)])
+        """Work on the job and finish it; with fetchNext, as long as the finish takes the next job, work on
+        that one in the same slot."""
+        while True:
+            fetched = self.work_and_finish(job, token)
+            if fetched is None:
+                break
+            job, token = fetched
+        slots.release()
+
+    def work_and_finish(self, job: str, token: str) -> tuple[str, str] | None:
+        """One job's work and finish; returns the next job the finish took for this slot (fetchNext), else
+        None."""
+        work = float(self.cfg["works"][int(job)])
+        remaining = work
         chunk, slack = self.cfg["chunk_s"], self.cfg["slack_s"]
-        while remaining > 0 and not self.stopping.is_set():
+        spawning = time.monotonic()
+        child = Sandbox(self, job, token) if self.cfg.get("sandboxed") else None
+        remaining -= time.monotonic() - spawning  # the child's start is part of the job's run
+        exited = child.exited if child is not None else threading.Event()
+        while remaining > 0 and not self.stopping.is_set() and not exited.is_set():
             step = min(remaining, chunk)
             start = time.monotonic()
-            time.sleep(step)
+            exited.wait(step)
             # Time beyond the chunk (plus scheduling slack) is time this process was stopped, not working.
             remaining -= min(time.monotonic() - start, step + slack)
         if self.stopping.is_set():
-            return
+            return None
+        if child is not None and child.died(max(0.0, work - max(remaining, 0.0))):
+            return self.fail_job(job, token, "Unexpected exit code")
         self.wait_loop()  # the job's completion runs on the loop: after any block
         t = time.time()
         self.emit("finishing", job=job, token=token, t=t)
         self.count("finish")
         fenced, remove = self.cfg["fenced"], self.cfg.get("remove_on_complete", False)
         self.after_tick()
-        sent, (code, active) = self.request(
-            "finish", lambda _: self.scripts.finish(job, token, fenced, remove)
-        )
+        take = self.cfg["take"]
+        nxt = self.new_token() if self.cfg.get("fetch_next") else None
+
+        def finish(t: float) -> Any:
+            fetch = None if nxt is None else (nxt, int(t * 1000), take["lock_ms"], take["set_lock"])
+            return self.scripts.finish(job, token, fenced, remove, fetch)
+
+        sent, reply = self.request("finish", finish)
+        if reply is READONLY:  # refused, and its moveToFailed too: the job is given up (reclaimed later)
+            reply = [READONLY_CODE, 0]
+        code, active = reply[0], reply[1]
+        fetched = reply[2] if len(reply) > 2 and reply[2] else None
         self.emit("finished", job=job, token=token, t=sent, r=time.time(), code=code, active=active)
+        return self.after_finish(job, token, sent, fetched, nxt)
+
+    def fail_job(
+        self, job: str, token: str, reason: str, attempts: int | None = None
+    ) -> tuple[str, str] | None:
+        """moveToFinished(failed) by the holder (fail.lua), retried while the job's `attempts` are not used up;
+        with fetchNext an accepted failure that is not a retry takes the next job (returned, as
+        `work_and_finish` does)."""
+        self.wait_loop()
+        t = time.time()
+        self.emit("failing", job=job, token=token, t=t, reason=reason)
+        self.count("finish")
+        self.after_tick()
+        take = self.cfg["take"]
+        nxt = self.new_token() if self.cfg.get("fetch_next") else None
+
+        def fail(t: float) -> Any:
+            fetch = None if nxt is None else (nxt, int(t * 1000), take["lock_ms"], take["set_lock"])
+            tries = self.cfg.get("attempts", 1) if attempts is None else attempts
+            return self.scripts.fail(job, token, self.cfg["fenced"], tries, fetch)
+
+        sent, reply = self.request("finish", fail)
+        code, active, retried, fetched = [READONLY_CODE, 0, 0, ""] if reply is READONLY else list(reply)
+        self.emit(
+            "failed", job=job, token=token, t=sent, code=code, active=active, retried=retried, reason=reason
+        )
+        return self.after_finish(job, token, sent, str(fetched) if fetched else None, nxt)
+
+    def after_finish(
+        self, job: str, token: str, sent: float, fetched: str | None, nxt: str | None
+    ) -> tuple[str, str] | None:
+        """Stop renewing a finished (or failed) job; start the job its fetchNext took, if any."""
         with self.tracked_lock:
             self.tracked.pop(token, None)
             if self.by_job:  # untrackJob(job.id): a fresh copy of the same job stops being renewed too
                 for other in [k for k, h in self.tracked.items() if h.job == job]:
                     del self.tracked[other]
-        slots.release()
+        if fetched is None or nxt is None:
+            return None
+        back = self.reconnect_at(sent)
+        if back is not None:  # sent while disconnected: the reply is read at the reconnect
+            self.sleep_until(back)
+        # BullMQ tracks a fetched job from its processedOn (trackJob(job.id, token, job.processedOn)): the
+        # time the finish was sent, which is the `now` the script stamped.
+        if self.doomed(fetched):  # marked by lazy_fail: failed at once, never started
+            self.emit("take", job=fetched, token=nxt, t=sent, s=None, fetched=True)
+            return self.fail_job(fetched, nxt, "job stalled more than allowable limit", attempts=1)
+        self.begin(fetched, nxt, sent, time.time(), int(sent * 1000), fetched=True)
+        return fetched, nxt
 
     def lock_manager(self) -> None:
         rule = self.cfg["renewal"]
@@ -342,7 +515,11 @@ class LiveWorker:
                 finally:
                     self.tick_issued()
                 lost = failed is LOST
-                self.emit("renew", t=sent, held=due, failed=None if lost else failed)
+                if failed is READONLY:  # nothing extended; the jobs stay tracked and are tried again
+                    self.emit("renew", t=sent, held=due, failed=[], readonly=True)
+                    failed = []
+                else:
+                    self.emit("renew", t=sent, held=due, failed=None if lost else failed)
                 if not lost and failed:
                     jobs = [job for job, _ in due]
                     for job, token in due:
@@ -374,6 +551,11 @@ class LiveWorker:
         sweep = self.cfg["sweep"]
         kind = sweep["kind"]
         interval = sweep["interval_ms"] / 1000
+        lazy = bool(sweep.get("lazy_fail"))  # a job past max_stalled is marked (`defa`), not failed
+
+        def two_phase(now_ms: int, interval_ms: int, max_stalled: int | None) -> Any:
+            return self.scripts.sweep_two_phase(now_ms, interval_ms, max_stalled, lazy)
+
         self.sleep_until(self.t0 + self.first_sweep_ms / 1000)
         while not self.stopping.is_set():
             self.wait_loop()
@@ -384,10 +566,12 @@ class LiveWorker:
                     lambda t: self.scripts.reap(int(t * 1000), sweep["timeout_ms"], sweep["max_stalled"]),
                 )
             else:
-                fn = self.scripts.sweep_two_phase if kind == "two_phase" else self.scripts.sweep_single_phase
+                fn = two_phase if kind == "two_phase" else self.scripts.sweep_single_phase
                 t, reply = self.request(
                     "sweep", lambda t, f=fn: f(int(t * 1000), sweep["interval_ms"], sweep["max_stalled"])
                 )
+            if reply is READONLY:  # the stalled check fails on a demoted primary; the next comes as usual
+                reply = [1, [], [], []]
             skipped, reclaimed, failed, marked = reply
             self.emit(
                 "sweep",
@@ -471,7 +655,11 @@ class LiveWorker:
                 self.first_sweep_ms = int(go["first_sweep_ms"])
                 self.rng.seed(int(go["seed"]))
                 self.outages = [(float(b), float(r), bool(d)) for b, r, d in go.get("outages", ())]
-                if self.outages:  # named, so that the parent can close this worker's connections
+                self.switches = [(float(b), float(e)) for b, e in go.get("switches", ())]
+                self.held = [(float(b), float(e)) for b, e in go.get("held", ())]
+                if go.get("redis"):  # its own address: a silent partition's proxy
+                    self.cfg["redis"] = go["redis"]
+                if self.outages or go.get("redis"):  # named, so that the parent can close its connections
                     self.client.close()
                     self.client = self.connect(connection_name(self.wid))
                     self.scripts = RawScripts(self.client, self.cfg["keys"], self.scripts.shas)

@@ -1,0 +1,276 @@
+"""Issue 25's stalls on real redis-servers in live mode: the finish that takes the next job (`fetch_next`), a
+sandboxed child's crash (`ChildCrash`, retried with `attempts` > 1), a failover whose clients stay on the
+demoted primary (`Outage(readonly > 0)`) and a silent partition (`Partition`). Each live run is judged as the
+other live tests judge theirs: the same attempts and outcomes as the simulator for the same scenario and seed,
+times within the live tests' margin (150 ms real). Real time and real servers: in the slow suite.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from emqsim import ChildCrash, Fixed, Freeze, LeasePolicy, Scenario, Uniform, simulate
+from emqsim.stats import summarize
+
+pytestmark = [pytest.mark.slow, pytest.mark.redis]
+
+SCALE = 0.25
+MARGIN = 0.15 / SCALE  # the live tests' 150 ms real, in scenario seconds
+POLICY = LeasePolicy(lease=2.0, beat=0.5, scan=1.0)
+
+
+def outcomes(run) -> list[tuple[str, int, str, str | None]]:
+    return sorted((a.job, a.attempt, a.outcome, a.worker_state_at_reclaim) for a in run.attempts)
+
+
+def fetched(run) -> list[tuple[str, int]]:
+    """The attempts a finish took (fetchNext): taken by the same worker at the very time its finish ran."""
+    finishes = {(a.worker, a.finish_applied_at) for a in run.attempts if a.finish_applied_at is not None}
+    return sorted((a.job, a.attempt) for a in run.attempts if (a.worker, a.taken_at) in finishes)
+
+
+# -- the scripts: finish.lua's fetchNext and fail.lua against emqsim.protocol ----------------------------------
+def test_the_finish_and_fail_scripts_match_the_protocol(need_redis) -> None:
+    """finish.lua with fetchNext is `Queue.finish` then, if accepted, `Queue.take` (the simulator's
+    `Server.finish_and_fetch`); fail.lua is `Queue.fail` (with attempts) then the same fetch unless retried;
+    the two-phase sweep with lazy_fail marks instead of failing: same replies, same keys."""
+    from emqsim.keys import QueueKeys
+    from emqsim.live.lua import RawScripts, key_names
+    from emqsim.live.server import PrivateRedis
+    from emqsim.protocol import Queue
+    from emqsim.store import KeyStore
+
+    keys = QueueKeys("parity")
+    with PrivateRedis() as server:
+        client = server.client()
+        lua = RawScripts(client, key_names(keys.base))
+        store = KeyStore(lambda: 1000)
+        py = Queue(store, keys)
+        for job in "01234":
+            py.add(job)
+            lua.add(job)
+        for token in ("w:1", "w:2", "w:3"):
+            assert py.take(token, 1000, 5000) == lua.take(token, 1000, 5000)
+
+        def py_fetch(reply, token: str) -> str:
+            if not reply.accepted or reply.retried:
+                return ""
+            return py.take(token, 2000, 5000) or ""
+
+        fetch = ("w:4", 2000, 5000, True)
+        r = py.finish("0", "w:1", True)
+        assert [r.code, int(r.was_active), py_fetch(r, "w:4")] == lua.finish("0", "w:1", True, False, fetch)
+        r = py.finish("1", "w:1", True)  # a foreign lock: refused, nothing fetched
+        assert [r.code, int(r.was_active), ""] == lua.finish(
+            "1", "w:1", True, False, ("w:5", 2000, 5000, True)
+        )
+        r = py.fail("1", "w:2", True, attempts=2)  # retried: back to wait, nothing fetched
+        assert [r.code, int(r.was_active), int(r.retried), ""] == lua.fail(
+            "1", "w:2", True, 2, ("w:5", 2000, 5000, True)
+        )
+        r = py.fail("2", "w:3", True, attempts=1)  # failed for good, the next job fetched
+        assert [r.code, int(r.was_active), int(r.retried), py_fetch(r, "w:6")] == lua.fail(
+            "2", "w:3", True, 1, ("w:6", 2000, 5000, True)
+        )
+        for name in ("wait", "active", "completed", "failed", "stalled"):
+            key = getattr(keys, name)
+            kind = client.type(key)
+            got = client.lrange(key, 0, -1) if kind == "list" else sorted(client.smembers(key))
+            want = store.lrange(key, 0, -1) if kind == "list" else sorted(store.smembers(key))
+            assert got == want, name
+        # lazy_fail's two-phase sweep: job 3, stalled once before, loses its lock; the second sweep marks it
+        # (`defa`) and puts it back in `wait` instead of failing it
+        client.hset(keys.job("3"), "stc", 1)
+        store.hset(keys.job("3"), "stc", "1")
+        for sweep in range(2):
+            for side in (client, store):
+                for key in (keys.lock("3"), keys.stalled_check):
+                    side.delete(key)
+            want = py.sweep_two_phase(3000 + sweep, 1000, 1, lazy_fail=True)
+            got = lua.sweep_two_phase(3000 + sweep, 1000, 1, lazy_fail=True)
+            assert [int(want.skipped), list(want.reclaimed), list(want.failed)] == got[:3], sweep
+        assert client.hget(keys.job("3"), "defa") == store.hget(keys.job("3"), "defa") is not None
+        for job in "01234":
+            assert client.get(keys.lock(job)) == store.get(keys.lock(job)), job
+            for field in ("ats", "atm", "processedOn"):
+                assert client.hget(keys.job(job), field) == store.hget(keys.job(job), field), (job, field)
+        client.close()
+
+
+# -- fetchNext and a sandboxed child's crash, in one live run -----------------------------------------------
+def test_a_live_finish_takes_the_next_job_and_a_dead_child_retries_its_job(need_redis, steady_live) -> None:
+    """Two workers, six jobs of 0.5-3 s (seed 29), `fetch_next`, `attempts` 2. Job 0's worker freezes for 5 s
+    0.6 s after its finish, which has already locked job 2 to it in the same script (BullMQ's moveToFinished
+    under a backlog): job 2's lock lapses on a frozen worker and the sweep takes it back (a false reclaim,
+    a duplicate execution). Job 3's sandboxed child is killed 0.5 s in (a real process, SIGKILL): its worker
+    fails the job at once and, with an attempt left, the job goes back to `wait` and completes on its second
+    attempt. Every take after a finish is that finish's fetchNext, as in the simulator."""
+    scenario = Scenario(
+        workers=2,
+        jobs=6,
+        duration=Uniform(0.5, 3.0),
+        faults=(Freeze(job=0, after=1.374, duration=5.0), ChildCrash(job=3, after=0.5)),
+        attempts=2,
+        horizon=60,
+    )
+    policy = LeasePolicy(lease=2.0, beat=0.5, scan=1.0, fetch_next=True)
+    live = steady_live(scenario, policy, time_scale=SCALE, seed=29)
+    sim = simulate(scenario, policy, seed=29)
+    assert outcomes(live) == outcomes(sim)
+    assert ("2", 1, "finish_rejected", "frozen") in outcomes(sim)
+    assert ("3", 1, "failed", None) in outcomes(sim) and ("3", 2, "completed", None) in outcomes(sim)
+    assert fetched(live) == fetched(sim) == [("2", 1), ("2", 2), ("3", 1), ("3", 2)]
+    assert live.final_state == sim.final_state == {"wait": 0, "active": 0, "completed": 6, "failed": 0}
+    for a, b in ((summarize(live), summarize(sim)),):
+        assert (
+            (a.false_reclaims, a.duplicate_executions) == (b.false_reclaims, b.duplicate_executions) == (1, 1)
+        )
+    crashes = [[e.time for e in r.worker_events if e.kind == "child_crash"] for r in (live, sim)]
+    assert len(crashes[0]) == len(crashes[1]) == 1 and abs(crashes[0][0] - crashes[1][0]) <= MARGIN
+    # Two workers sweep here, on fixed phases live and on the simulator's per-check offsets (results schema 7):
+    # the two-phase sweep's marking and reclaiming checks can each fall a scan apart between the two.
+    reclaim = [next(a.reclaimed_at for a in r.attempts if a.job == "2") for r in (live, sim)]
+    assert abs(reclaim[0] - reclaim[1]) <= MARGIN + 2 * POLICY.sweep_interval_ms / 1000
+    assert live.requests["finish"] == sim.requests["finish"]  # a fetch rides in its finish's round trip
+
+
+def test_a_live_dead_child_fails_its_job_for_good_with_one_attempt(need_redis, steady_live) -> None:
+    """`attempts` 1: job 0's child dies 0.5 s in and the job is failed at once (no lease waited out); the other
+    jobs complete, as in the simulator."""
+    scenario = Scenario(
+        workers=2, jobs=3, duration=Fixed(1.0), faults=(ChildCrash(job=0, after=0.5),), horizon=60
+    )
+    live = steady_live(scenario, POLICY, time_scale=SCALE, seed=0)
+    sim = simulate(scenario, POLICY, seed=0)
+    assert (
+        outcomes(live)
+        == outcomes(sim)
+        == [
+            ("0", 1, "failed", None),
+            ("1", 1, "completed", None),
+            ("2", 1, "completed", None),
+        ]
+    )
+    assert live.final_state == sim.final_state == {"wait": 0, "active": 0, "completed": 2, "failed": 1}
+    failed = [next(a for a in r.attempts if a.job == "0") for r in (live, sim)]
+    assert abs(failed[0].failed_at - failed[1].failed_at) <= MARGIN
+    assert abs(failed[0].work_done - failed[1].work_done) <= MARGIN
+
+
+# -- a failover whose clients stay on the demoted primary ------------------------------------------------------
+def test_a_live_failover_leaves_the_workers_on_the_demoted_primary_for_readonly_seconds(
+    need_redis, steady_live
+) -> None:
+    """tests/test_live_failover.py's failover (one worker, three 1 s jobs, lag 0.8 s, the workers away 1 s at
+    1.5 s) with `readonly` 1 s, at time_scale 0.5: the workers come back through a proxy to the demoted primary,
+    now a real replica of the promoted one, where every write gets READONLY: the renewal of job 1 fails
+    (`renew_failed`, READONLY), its finish is refused with Redis's READONLY text and given up; 1 s later the
+    proxy closes their connections and leads to the new primary, where job 1 is reclaimed and runs again. The
+    same attempts, outcomes and finish results as the simulator."""
+    from emqsim.faults import Outage
+
+    scenario = Scenario(
+        workers=1,
+        jobs=3,
+        duration=Fixed(1.0),
+        faults=(Outage(at=1.5, duration=1.0, lost_writes=0.8, readonly=1.0),),
+        phases="aligned",
+        horizon=30.0,
+    )
+    live = steady_live(scenario, POLICY, time_scale=0.5, seed=1)
+    sim = simulate(scenario, POLICY, seed=1)
+
+    def results(run) -> list[tuple[str, int, str, str | None]]:
+        return sorted((a.job, a.attempt, a.outcome, a.finish_result) for a in run.attempts)
+
+    readonly = "READONLY You can't write against a read only replica."
+    assert (
+        results(live)
+        == results(sim)
+        == [
+            ("0", 1, "completed", "accepted"),
+            ("0", 2, "duplicate_completion", "accepted"),
+            ("1", 1, "finish_rejected", readonly),
+            ("1", 2, "completed", "accepted"),
+            ("2", 1, "completed", "accepted"),
+        ]
+    )
+    for run in (live, sim):
+        refused = [e for e in run.lock_events if e.kind == "renew_failed" and e.detail == "READONLY"]
+        assert refused and {e.job for e in refused} == {"1"}
+        assert all(2.5 - 0.3 <= e.time < 3.5 + 0.3 for e in refused)  # in the READONLY window, 0.15 s real
+    assert abs(live.end - sim.end) <= 0.3 + POLICY.sweep_interval_ms / 1000
+
+
+# -- a silent partition: a proxy that stops forwarding without closing -------------------------------------
+@pytest.mark.parametrize(
+    ("give_up", "back"),
+    [(924.6, 8.0), (2.0, 5.8)],
+    ids=["tcp-retransmits", "tcp-gives-up"],
+)
+def test_a_live_silent_partition_holds_the_workers_requests_as_the_simulator_says(
+    need_redis, steady_live, give_up, back
+) -> None:
+    """`silent-partition` shortened: one worker, one 6 s job, lease 3 s renewed every 1.5 s (at 1.08 and
+    2.58 s), a reaper sweeping every 1 s; the worker's connection is partitioned for 3.5 s from 1.8 s, midway
+    between two renewals (180 ms real from each). Its proxy holds every byte without closing: the renewal sent
+    meanwhile reaches Redis only at the first TCP retransmission after the end (8.0 s), too late, so the
+    reaper takes the job back from a live, `disconnected` worker, whose finish is then refused. With `give_up`
+    2 s TCP gives up first: the proxy closes the connection at 3.8 s, the worker resends at its reconnect
+    (5.8 s, a SYN retransmission after the end). The simulator's outcomes, connection records and refused
+    renewal (at Redis's time)."""
+    from emqsim.faults import Partition
+
+    partition = Partition(at=1.8, duration=3.5, worker=0, give_up=give_up)
+    assert partition.at + partition.reconnect_after_ms() / 1000 == back
+    scenario = Scenario(
+        name="silent-partition-live", workers=1, jobs=1, duration=Fixed(6.0), faults=(partition,), horizon=60
+    )
+    policy = LeasePolicy(lease=3.0, beat=1.5, scan=1.0, swept_by="reaper")
+    live = steady_live(scenario, policy, time_scale=SCALE, seed=0)
+    sim = simulate(scenario, policy, seed=0)
+    assert (
+        outcomes(live)
+        == outcomes(sim)
+        == [("0", 1, "finish_rejected", "disconnected"), ("0", 2, "completed", None)]
+    )
+    for run in (live, sim):
+        events = [(e.kind, e.time) for e in run.worker_events if e.kind in ("disconnect", "reconnect")]
+        assert [k for k, _ in events] == ["disconnect", "reconnect"]
+        assert abs(events[0][1] - 1.8) <= MARGIN and abs(events[1][1] - back) <= MARGIN
+        refused = [e.time for e in run.lock_events if e.kind == "renew_failed"]
+        assert refused and abs(refused[0] - back) <= MARGIN, refused  # the held renewal, run at `back`
+    assert abs(live.end - sim.end) <= MARGIN
+
+
+# -- the bullmq preset (fetch_next and lazy_fail) --------------------------------------------------------------
+def test_the_bullmq_preset_runs_live_and_a_lazily_failed_job_fails_at_its_next_take(
+    need_redis, steady_live
+) -> None:
+    """The `bullmq` preset (lease 2 s, scan 1 s; `fetch_next`, `lazy_fail`, maxStalledCount 1) with every
+    renewal lost (loss 0.999 on renewals): one 5 s job's lock lapses on each of two live workers in turn; the
+    second reclaim is past maxStalledCount, so the sweep marks the job (`defa`) and puts it back, and its next
+    taker fails it at once without starting it. The simulator's attempts and outcomes."""
+    from emqsim import Network
+    from emqsim.presets import preset
+
+    policy = preset("bullmq", lease=2.0, scan=1.0)
+    scenario = Scenario(workers=2, jobs=1, duration=Fixed(5.0), network=Network(loss=0.999), horizon=60)
+    live = steady_live(scenario, policy, time_scale=SCALE, seed=0)
+    sim = simulate(scenario, policy, seed=0)
+    assert (
+        outcomes(live)
+        == outcomes(sim)
+        == [
+            ("0", 1, "finish_rejected", "alive"),
+            ("0", 2, "finish_rejected", "alive"),
+            ("0", 3, "failed", None),
+        ]
+    )
+    assert live.final_state == sim.final_state == {"wait": 0, "active": 0, "completed": 0, "failed": 1}
+    for run in (live, sim):
+        first, second, third = sorted(run.attempts, key=lambda a: a.attempt)
+        assert third.started_at is None  # failed by its taker, never started
+        assert None not in (third.failed_at, second.reclaimed_at, first.finish_applied_at)
+        # taken (and failed) as soon as a worker is free: at the reclaim, or when the first attempt's worker ends
+        assert third.failed_at - max(second.reclaimed_at, first.finish_applied_at) <= MARGIN
