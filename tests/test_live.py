@@ -142,6 +142,10 @@ def test_live_mode_refuses_what_it_cannot_reproduce():
     LiveRun(standard("fast-dead"), LeasePolicy(LEASE, BEAT, SCAN, lazy_fail=True), time_scale=SCALE)  # runs
     with pytest.raises(ConfigError, match="--without-outages"):
         LiveRun(scenario, lease_policy(), time_scale=SCALE, redis_url="redis://localhost:6379/15")
+    # a resent command would run once live (no reply is ever caught in flight): refused, not silently different
+    with pytest.raises(ConfigError, match="resend_twice") as info:
+        LiveRun(standard("resent-finish"), lease_policy(), time_scale=SCALE)
+    assert "\n" not in str(info.value)
 
 
 @pytest.mark.parametrize("name", ["production", "flaky-network"])

@@ -135,6 +135,11 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
                 "live mode fails over runs swept by the workers; a policy with a separate reaper (whose "
                 "connection would stay on the demoted primary) fails over in the simulator only"
             )
+        if scenario.network.resend_twice:
+            raise ConfigError(
+                "live mode cannot reproduce Network(resend_twice): on its unix socket a reply is never caught "
+                "in flight, so no command runs twice; run the resent-finish scenario in the simulator only"
+            )
         # Connection outages: each worker's windows come from the simulator's own function and streams.
         self.outage_spans = outage_spans(scenario.faults)
         # Redis restarts: the parent really stops its private redis-server and starts it again on its data.
