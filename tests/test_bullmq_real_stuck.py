@@ -1,10 +1,11 @@
 """Issue 25's connection that never recovers, on the real BullMQ 6 library and a real Redis, against emqsim.
 
-One session on one private redis-server (`validate_bullmq.real_redis`, about 15 s on a quiet 2-core
-machine). Each victim is a real BullMQ Worker (validation/bullmq/stalls.mjs, concurrency 1, one 4 s job,
-lockDuration 4000 ms, stalledInterval 2000 ms) talking to Redis through its own `RedisProxy`; U(1, 3) s into
-its job the proxy is `cut` (every connection closed with a FIN, new ones refused) and 0.3 s later points at
-Redis again. A sweep-only Worker (worker.mjs --sweep-only, its own direct connection) runs BullMQ's stalled
+One session on one private redis-server (`validate_bullmq.real_redis`; 9.5-12 s measured on a 2-core
+machine at load average 7-8, 13-18 s for the file with emqsim's side, 9 CPU s with the node processes). Each
+victim is a real BullMQ Worker (validation/bullmq/stalls.mjs, concurrency 1, one 4 s job, lockDuration
+4000 ms, stalledInterval 2000 ms) talking to Redis through its own `RedisProxy`; U(1, 3) s into its job the
+proxy is `cut` (every connection closed with a FIN, new ones refused) and 0.3 s later points at Redis
+again. A sweep-only Worker (worker.mjs --sweep-only, its own direct connection) runs BullMQ's stalled
 checker for every queue.
 
 - **stuck**: the victim's connection is user-supplied with an ioredis `retryStrategy` that returns null at
@@ -16,9 +17,12 @@ checker for every queue.
   renewed every 2 s) outlives it, the job completes, nothing is reclaimed. emqsim: `Outage(recovers=True)`.
 
 Each count is judged with a binomial band (`binom.interval(0.999, n, p_sim)`) around emqsim's prediction for
-the same settings, and the other model must fall outside it. Marked slow and redis (run by `.ci/run`); skipped
-like tests/test_bullmq_real.py when node, the node_modules or redis-server are missing
-(EMQSIM_REQUIRE_BULLMQ=1 turns the skip into a failure).
+the same settings, and the other model must fall outside it. A stuck victim also opens no new connection, its
+job ends in `wait` with BullMQ's stalled counter at 1, and it is reclaimed 2..6 s after the cut (the lock,
+renewed every 2 s, lapses 2..4 s after it; the next 2 s sweep takes it), as emqsim's reclaims are.
+
+Marked slow and redis (run by `.ci/run`); skipped like tests/test_bullmq_real.py when node, the node_modules
+or redis-server are missing (EMQSIM_REQUIRE_BULLMQ=1 turns the skip into a failure).
 """
 
 from __future__ import annotations
