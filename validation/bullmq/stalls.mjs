@@ -2,13 +2,16 @@
 // tests/test_bullmq_real_client.py:
 //
 //   node stalls.mjs --queue q --jobs '[{"ms":300,"freezeAfterFinish":true},{"ms":3000}]' \
-//        --socket /tmp/x/redis.sock [--port 6390] [--sandbox] [--attempts 2] \
+//        --socket /tmp/x/redis.sock [--port 6390] [--sandbox] [--attempts 2] [--retry-limit 0] \
 //        --lock-duration 2000 --stalled-interval 2000
 //
 // It adds the jobs (in order, so job i has id i + 1), prints {"ev":"ready"}, and runs the Worker. With
 // --sandbox the processor is child.mjs in a child process (a job with crashAfter exits its child on its
 // first attempt). A job with freezeAfterFinish makes the process stop itself (SIGSTOP) right after its
 // moveToFinished has been written to the socket, before the reply can be read: the harness sends SIGCONT.
+// With --retry-limit N the Worker's connection is a user-supplied one whose ioredis `retryStrategy` gives up
+// (returns null) after N reconnect attempts, BullMQ's backoff before that: 0 never reconnects after a close
+// (tests/test_bullmq_real_stuck.py). Without it BullMQ's default retry strategy reconnects for ever.
 // Every event is one JSON line on stdout with t = Date.now().
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -23,6 +26,7 @@ const { values: args } = parseArgs({
     port: { type: 'string' },
     sandbox: { type: 'boolean', default: false },
     attempts: { type: 'string', default: '1' },
+    'retry-limit': { type: 'string' },
     'lock-duration': { type: 'string', default: '2000' },
     'stalled-interval': { type: 'string', default: '2000' },
   },
@@ -32,7 +36,15 @@ const emit = (ev, fields = {}) =>
 const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
 // The jobs are added over --socket; the Worker connects there too, or with --port over TCP on loopback (a proxy).
 const direct = { path: args.socket, maxRetriesPerRequest: null };
-const connection = args.port ? { host: '127.0.0.1', port: Number(args.port), maxRetriesPerRequest: null } : direct;
+const connection = args.port ? { host: '127.0.0.1', port: Number(args.port), maxRetriesPerRequest: null } : { ...direct };
+if (args['retry-limit'] !== undefined) {
+  const limit = Number(args['retry-limit']);
+  connection.retryStrategy = times => {
+    const delay = times > limit ? null : Math.max(Math.min(Math.exp(times), 20000), 1000);
+    emit('retry', { times, delay });
+    return delay;
+  };
+}
 const queueName = args.queue;
 const jobs = JSON.parse(args.jobs);
 
