@@ -80,10 +80,19 @@ def brute_force(sp):
 )
 def test_explore_equals_brute_force_on_small_spaces(scan, swept_by, two_phase, kind, step):
     # ms-scale worlds (lease 30 ms, beat 10 ms) small enough to run every point; the search samples every
-    # `step` ms and must still find every piece
+    # `step` ms and must still find every piece. The job lasts 0.1 s (the default would be 1 s past the
+    # latest offset): the search must equal brute force whatever the job's length, and a 0.1 s job still
+    # outlasts every fault (offsets within one 10 ms renewal period, freezes of at most 26 ms).
     policy = LeasePolicy(0.03, 0.01, scan / 1000, swept_by=swept_by, two_phase=two_phase)
     fault = FaultSpec(kind, params={"length": (17, 26)} if kind == "freeze" else {})
-    sp = space(policy, [fault], bound=0.05, step=step, sweep_phases=swept_by == "reaper" or kind == "crash")
+    sp = space(
+        policy,
+        [fault],
+        bound=0.05,
+        step=step,
+        sweep_phases=swept_by == "reaper" or kind == "crash",
+        duration=0.1,
+    )
     result = explore(sp, ties=False)
     held, latencies = brute_force(sp)
     assert result.points == sp.points
@@ -93,7 +102,9 @@ def test_explore_equals_brute_force_on_small_spaces(scan, swept_by, two_phase, k
 
 
 def test_parallel_equals_serial():
-    sp = space(LeasePolicy(0.3, 0.1, 0.05, swept_by="reaper"), [FaultSpec("crash")])
+    # a 0.3 s job (the default: 1 s past the latest offset): the split must not change the result whatever
+    # the job's length, and the crash (at most 0.2 s in) still comes before its end
+    sp = space(LeasePolicy(0.3, 0.1, 0.05, swept_by="reaper"), [FaultSpec("crash")], duration=0.3)
     one = explore(sp, jobs=1)
     two = explore(sp, jobs=2)
     assert one.counts == two.counts and one.points == two.points
