@@ -214,7 +214,10 @@ def test_unfenced_timeout_duplicate_completion_is_found():
     policy = TimeoutPolicy(0.6, 0.05)
     fault = FaultSpec("freeze", offset=(100, 100), params={"length": (1, 900)})
     sp = space(policy, [fault], duration=0.3)  # a job well within the timeout, unless frozen
-    result = explore(sp)
+    # ties=False: the other same-millisecond orders add only `tie_dependent` findings, never a count or a
+    # counterexample (measured here: the same counts and smallest counterexample, 7,261 runs instead of
+    # 13,823); what they find in this world is test_same_millisecond_orders_that_change_a_property_are_reported's
+    result = explore(sp, ties=False)
     assert "no_duplicate_completion" in result.violated()
     (ce,) = [c for c in result.counterexamples if c.property == "no_duplicate_completion"]
     run = counterexample_run(result, "no_duplicate_completion")
