@@ -5,7 +5,10 @@ replication link goes through a proxy that stops forwarding: `hold`, then `cut` 
 clients that move from one server to another under the same address (their connections go through a proxy
 that is `cut`, closing every connection with a FIN as a failed server or a Sentinel's switch does, and
 `point`ed at the next server; ioredis reconnects by its retry strategy and lands on whatever the proxy points
-at). The proxy runs its own asyncio loop on a daemon thread; every method is safe to call from any thread.
+at). `hold_replies` stops only the server-to-client direction: a command still reaches Redis and runs, and a
+`cut` then drops its reply (and ends that hold), so ioredis resends it after its reconnect and it runs
+twice (issue 25, item 6; tests/test_bullmq_real_resend.py). The proxy runs its own asyncio loop on a daemon
+thread; every method is safe to call from any thread.
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ class RedisProxy:
         self.thread = threading.Thread(target=self.loop.run_forever, name="redis-proxy", daemon=True)
         self.thread.start()
         self._gate = asyncio.Event()
+        self._replies = asyncio.Event()  # cleared by `hold_replies`: the server-to-client direction only
         self._writers: set[asyncio.StreamWriter] = set()
         self.accepted = 0  # connections forwarded (a refused one is not counted)
         self._call(self._gate.set)
+        self._call(self._replies.set)
         self._server = self._run(asyncio.start_server(self._client, "127.0.0.1", 0))
         self.port: int = self._server.sockets[0].getsockname()[1]
 
@@ -40,7 +45,9 @@ class RedisProxy:
     def _call(self, fn) -> None:  # type: ignore[no-untyped-def]
         self.loop.call_soon_threadsafe(fn)
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, replies: bool = False
+    ) -> None:
         with contextlib.suppress(ConnectionError, OSError, asyncio.CancelledError):
             while True:
                 await self._gate.wait()
@@ -48,6 +55,8 @@ class RedisProxy:
                 if not data:
                     break
                 await self._gate.wait()  # a chunk read just before a hold waits for the release (or a cut)
+                if replies:
+                    await self._replies.wait()
                 if writer.is_closing():
                     break
                 writer.write(data)
@@ -68,7 +77,7 @@ class RedisProxy:
         pair = {writer, up_writer}
         self._writers |= pair
         try:
-            await asyncio.gather(self._pump(reader, up_writer), self._pump(up_reader, writer))
+            await asyncio.gather(self._pump(reader, up_writer), self._pump(up_reader, writer, replies=True))
         except asyncio.CancelledError:
             pass  # `close` with the connection still open: it ends here, without a logged traceback
         finally:
@@ -82,6 +91,19 @@ class RedisProxy:
         """Forward again, what was held first."""
         self._call(self._gate.set)
 
+    def hold_replies(self) -> None:
+        """Stop forwarding replies (server to client) only: commands still reach Redis and run. In force
+        when this returns (a command sent after it finds its reply held); `release_replies` or `cut` ends it."""
+
+        async def hold() -> None:
+            self._replies.clear()
+
+        self._run(hold())
+
+    def release_replies(self) -> None:
+        """Forward replies again, what was held first."""
+        self._call(self._replies.set)
+
     def cut(self) -> None:
         """Close every connection (a FIN both ways; bytes held are dropped) and refuse new ones until `point`."""
 
@@ -91,6 +113,7 @@ class RedisProxy:
                 writer.close()
             self._writers.clear()
             self._gate.set()  # held pumps wake, find their writer closed and end
+            self._replies.set()
 
         self._run(cut())
 
@@ -111,6 +134,7 @@ class RedisProxy:
             for writer in list(self._writers):
                 writer.close()
             self._gate.set()
+            self._replies.set()
             me = asyncio.current_task()
             tasks = [t for t in asyncio.all_tasks() if t is not me]
             for task in tasks:

@@ -9,10 +9,15 @@
 // --sandbox the processor is child.mjs in a child process (a job with crashAfter exits its child on its
 // first attempt). A job with freezeAfterFinish makes the process stop itself (SIGSTOP) right after its
 // moveToFinished has been written to the socket, before the reply can be read: the harness sends SIGCONT.
+// A job with waitFor (a file path) ends only once that file exists (after its ms), and every finish command
+// sent for it from then on, the first and any ioredis resends after a reconnect, is announced with
+// {"ev":"finish_sent"} (a moveToFailed as {"ev":"fail_sent"}), until the next job starts: the harness holds the proxy's replies, creates the file, and cuts the connection
+// once the finish ran at Redis (tests/test_bullmq_real_resend.py).
 // With --retry-limit N the Worker's connection is a user-supplied one whose ioredis `retryStrategy` gives up
 // (returns null) after N reconnect attempts, BullMQ's backoff before that: 0 never reconnects after a close
 // (tests/test_bullmq_real_stuck.py). Without it BullMQ's default retry strategy reconnects for ever.
 // Every event is one JSON line on stdout with t = Date.now().
+import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -55,12 +60,19 @@ for (const [i, data] of jobs.entries()) {
 await queue.close();
 
 let freezeOnFinish = null; // the id of the job whose moveToFinished stops this process once written
+let announceFinish = null; // the id of the (waitFor) job whose finish commands are announced
 const here = path.dirname(fileURLToPath(import.meta.url));
 const processor = args.sandbox
   ? path.join(here, 'child.mjs')
   : async job => {
       emit('start', { job: job.id, processedOn: job.processedOn, attemptsMade: job.attemptsMade });
+      announceFinish = null;
       await sleep(job.data.ms);
+      if (job.data.waitFor) {
+        emit('waiting', { job: job.id });
+        while (!existsSync(job.data.waitFor)) await sleep(5);
+        announceFinish = job.id;
+      }
       if (job.data.freezeAfterFinish) freezeOnFinish = job.id;
       return 'ok';
     };
@@ -87,6 +99,8 @@ const sendCommand = client.sendCommand.bind(client);
 client.sendCommand = (command, stream) => {
   const result = sendCommand(command, stream);
   const finish = command.args.some(a => typeof a === 'string' && a.endsWith(':completed'));
+  const fail = command.args.some(a => typeof a === 'string' && a.endsWith(':failed'));
+  if ((finish || fail) && announceFinish !== null) emit(finish ? 'finish_sent' : 'fail_sent', { job: announceFinish });
   if (finish && freezeOnFinish !== null) {
     const job = freezeOnFinish;
     freezeOnFinish = null;
