@@ -23,7 +23,8 @@ checked too: a resend victim sends the finish twice (ioredis's resend goes throu
 `sendCommand`), the second run is refused with "Missing lock", job 1 stays completed once, job 2's reclaim
 falls LOCK..LOCK+STALLED s after the first run as emqsim's does, and the live victim then runs job 2.
 
-Marked slow and redis (run by `.ci/run`); skipped like tests/test_bullmq_real.py when node, the node_modules
+The last test checks `RedisProxy.hold_replies` on its own against an echo server (quick: no Redis, no node).
+The real ones are marked slow and redis (run by `.ci/run`); skipped like tests/test_bullmq_real.py when node, the node_modules
 or redis-server are missing (EMQSIM_REQUIRE_BULLMQ=1 turns the skip into a failure).
 """
 
@@ -301,3 +302,57 @@ def test_a_resent_finish_orphans_the_fetched_job_as_the_model_says(
         assert sent == [(1, 0)] * len(victims), sent
         assert [v.count("completed", "1") for v in victims] == [1] * len(victims)
         assert not errors, errors
+
+
+# -- the proxy's reply hold, on its own (quick: an echo server on a unix socket, no Redis, no node) -----------
+def test_a_reply_hold_lets_requests_through_and_a_cut_drops_the_held_replies(tmp_path: Path) -> None:
+    import socket
+
+    path = str(tmp_path / "echo.sock")
+    received: list[bytes] = []
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen()
+
+    def echo() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = server.accept()
+                with conn:
+                    while data := conn.recv(1024):
+                        received.append(data)
+                        conn.sendall(data)
+
+    threading.Thread(target=echo, daemon=True).start()
+    proxy = RedisProxy(path)
+    try:
+        client = socket.create_connection(("127.0.0.1", proxy.port), timeout=2)
+        client.sendall(b"a")
+        assert client.recv(16) == b"a"  # forwarded both ways
+        proxy.hold_replies()
+        client.sendall(b"b")
+        end = time.time() + 2
+        while b"b" not in received and time.time() < end:
+            time.sleep(0.005)
+        assert received == [b"a", b"b"]  # the request reached the server and ran ...
+        client.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            client.recv(16)  # ... but its reply is held
+        proxy.release_replies()
+        client.settimeout(2)
+        assert client.recv(16) == b"b"  # released: the reply comes
+        proxy.hold_replies()
+        client.sendall(b"c")
+        while b"c" not in received and time.time() < end + 2:
+            time.sleep(0.005)
+        proxy.cut()
+        assert client.recv(16) == b""  # the held reply is dropped with the connection (a FIN)
+        proxy.point(path)
+        again = socket.create_connection(("127.0.0.1", proxy.port), timeout=2)
+        again.sendall(b"d")
+        assert again.recv(16) == b"d"  # a cut ends the hold: a new connection gets its replies
+        client.close()
+        again.close()
+    finally:
+        proxy.close()
+        server.close()
