@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import os
 import signal
 import sys
 import threading
@@ -178,22 +177,14 @@ def _run_session(sock: str, workdir: Path) -> list[Victim]:
     common = ["--socket", sock, "--lock-duration", str(LOCK_MS), "--stalled-interval", str(STALLED_MS)]
     try:
         sweep_queues = [v.queue for v in victims if v.kind != "sandbox"]
-        sweeper = vb.NodeProcess(
-            "sweeper",
-            "worker.mjs",
-            [
-                *common,
-                "--queues",
-                ",".join(sweep_queues),
-                "--delays",
-                ",".join("0" for _ in sweep_queues),
-                "--sweep-only",
-            ],  # fmt: skip
-            workdir / "sweeper.log",
-            lambda p, m: [v.events.append(m) for v in victims if v.queue == m.get("queue")],
+        procs.append(
+            vb.start_sweeper(
+                common,
+                sweep_queues,
+                workdir / "sweeper.log",
+                lambda p, m: [v.events.append(m) for v in victims if v.queue == m.get("queue")],
+            )
         )
-        procs.append(sweeper)
-        sweeper.send({"go": int(time.time() * 1000)})
         for v in victims:
             if v.kind == "fetch":
                 jobs = [{"ms": 300, "freezeAfterFinish": True}, {"ms": 3000}, {"ms": 300}]
@@ -225,15 +216,7 @@ def _run_session(sock: str, workdir: Path) -> list[Victim]:
                 v.events.append({"ev": "states", "completed": rdb.zscore(f"bull:{v.queue}:completed", "1") is not None,
                                  "failed": rdb.zscore(f"bull:{v.queue}:failed", "1") is not None})  # fmt: skip
     finally:
-        for timer in timers:
-            timer.cancel()
-        for p in procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGCONT)
-            p.kill()
-        for v in victims:
-            if v.proxy is not None:
-                v.proxy.close()
+        vb.end_session(timers, procs, [v.proxy for v in victims])
     return victims
 
 

@@ -33,8 +33,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
-import signal
 import sys
 import threading
 import time
@@ -131,22 +129,14 @@ def _run_session(sock: str, workdir: Path) -> list[Victim]:
     common = ["--socket", sock, "--lock-duration", str(LOCK_MS), "--stalled-interval", str(STALLED_MS)]
     try:
         queues = [v.queue for v in victims]
-        sweeper = vb.NodeProcess(
-            "sweeper",
-            "worker.mjs",
-            [
-                *common,
-                "--queues",
-                ",".join(queues),
-                "--delays",
-                ",".join("0" for _ in queues),
-                "--sweep-only",
-            ],
-            workdir / "sweeper.log",
-            lambda p, m: [on_message(v, m) for v in victims if v.queue == m.get("queue")],
+        procs.append(
+            vb.start_sweeper(
+                common,
+                queues,
+                workdir / "sweeper.log",
+                lambda p, m: [on_message(v, m) for v in victims if v.queue == m.get("queue")],
+            )
         )
-        procs.append(sweeper)
-        sweeper.send({"go": int(time.time() * 1000)})
         for v in victims:
             v.proxy = RedisProxy(sock)
             jobs = [{"ms": JOB_MS, "waitFor": str(v.signal_file)}, {"ms": JOB_MS}]
@@ -172,13 +162,7 @@ def _run_session(sock: str, workdir: Path) -> list[Victim]:
                     if job.encode() in members:
                         v.final[job] = state
     finally:
-        for p in procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGCONT)
-            p.kill()
-        for v in victims:
-            if v.proxy is not None:
-                v.proxy.close()
+        vb.end_session([], procs, [v.proxy for v in victims])
     return victims
 
 

@@ -27,11 +27,8 @@ or redis-server are missing (EMQSIM_REQUIRE_BULLMQ=1 turns the skip into a failu
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-import os
-import signal
 import sys
 import threading
 import time
@@ -119,22 +116,14 @@ def _run_session(sock: str, workdir: Path) -> list[Victim]:
     common = ["--socket", sock, "--lock-duration", str(LOCK_MS), "--stalled-interval", str(STALLED_MS)]
     try:
         queues = [v.queue for v in victims]
-        sweeper = vb.NodeProcess(
-            "sweeper",
-            "worker.mjs",
-            [
-                *common,
-                "--queues",
-                ",".join(queues),
-                "--delays",
-                ",".join("0" for _ in queues),
-                "--sweep-only",
-            ],
-            workdir / "sweeper.log",
-            lambda p, m: [on_message(v, m) for v in victims if v.queue == m.get("queue")],
+        procs.append(
+            vb.start_sweeper(
+                common,
+                queues,
+                workdir / "sweeper.log",
+                lambda p, m: [on_message(v, m) for v in victims if v.queue == m.get("queue")],
+            )
         )
-        procs.append(sweeper)
-        sweeper.send({"go": int(time.time() * 1000)})
         for v in victims:
             v.proxy = RedisProxy(sock)
             extra = ["--retry-limit", "0"] if v.group == "stuck" else []
@@ -170,15 +159,7 @@ def _run_session(sock: str, workdir: Path) -> list[Victim]:
                 if b"1" in members:
                     v.final_state = state
     finally:
-        for timer in timers:
-            timer.cancel()
-        for p in procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGCONT)
-            p.kill()
-        for v in victims:
-            if v.proxy is not None:
-                v.proxy.close()
+        vb.end_session(timers, procs, [v.proxy for v in victims])
     return victims
 
 

@@ -655,6 +655,43 @@ def real_redis(workdir: Path | None = None) -> Iterator[tuple[str, Path]]:
         yield server.socket_path, workdir
 
 
+def start_sweeper(
+    common: Sequence[str], queues: Sequence[str], log: Path, on_message: Callable[[Any, dict[str, Any]], Any]
+) -> NodeProcess:
+    """A sweep-only Worker (worker.mjs) on its own direct connection that runs BullMQ's stalled check on every
+    queue of `queues` from now on: the healthy sweeper of the client-side experiments
+    (tests/test_bullmq_real_client.py, _stuck.py, _resend.py)."""
+    sweeper = NodeProcess(
+        "sweeper",
+        "worker.mjs",
+        [*common, "--queues", ",".join(queues), "--delays", ",".join("0" for _ in queues), "--sweep-only"],
+        log,
+        on_message,
+    )
+    try:
+        sweeper.send({"go": int(time.time() * 1000)})
+    except BaseException:
+        sweeper.kill()
+        raise
+    return sweeper
+
+
+def end_session(
+    timers: Sequence[threading.Timer], procs: Sequence[NodeProcess], proxies: Sequence[Any]
+) -> None:
+    """Stop a client-side experiment: cancel its timers, wake any stopped node process (SIGCONT to its group)
+    and kill it, close the proxies (None entries skipped)."""
+    for timer in timers:
+        timer.cancel()
+    for p in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGCONT)
+        p.kill()
+    for proxy in proxies:
+        if proxy is not None:
+            proxy.close()
+
+
 @contextlib.contextmanager
 def one_session_at_a_time(path: Path | None = None) -> Iterator[None]:
     """Hold an exclusive lock (flock) on a file in the temporary folder for a real-BullMQ session: a second
