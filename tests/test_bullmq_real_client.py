@@ -261,13 +261,6 @@ def predicted_partition_loss(length: float, fault: str) -> float:
     return lost / SIM_RUNS
 
 
-def band(n: int, p: float) -> tuple[int, int]:
-    from scipy.stats import binom
-
-    lo, hi = binom.interval(0.999, n, p)
-    return int(lo), int(hi)
-
-
 def _victims(session: dict[str, Any], kind: str, length: float) -> list[Victim]:
     return [v for v in session["victims"] if v.kind == kind and v.length == length]
 
@@ -289,13 +282,13 @@ def test_the_finish_takes_the_next_job_and_a_freeze_after_it_lapses_that_lock(
     assert all(v.fetched_while_frozen for v in victims), [(v.queue, v.fetched_while_frozen) for v in victims]
     lost = sum(v.lost("2") for v in victims)  # BullMQ's job ids start at 1: job 2 is the fetched one
     p = predicted_fetch_loss(freeze)
-    lo, hi = band(len(victims), p)
+    lo, hi = vb.binomial_band(len(victims), p)
     print(
         f"finish+freeze {freeze} s: real lost {lost}/{len(victims)}, emqsim bullmq p={p:.2f} band {lo}..{hi}"
     )
     assert lo <= lost <= hi
     if freeze > LOCK_MS / 1000:  # the separate take hands a frozen worker nothing: rejected by the real runs
-        lo_sep, hi_sep = band(len(victims), predicted_fetch_loss(freeze, fetch_next=False))
+        lo_sep, hi_sep = vb.binomial_band(len(victims), predicted_fetch_loss(freeze, fetch_next=False))
         assert not lo_sep <= lost <= hi_sep
 
 
@@ -307,13 +300,13 @@ def test_a_silent_partition_holds_renewals_as_the_partition_model_says(
     victims = _victims(session, "partition", length)
     lost = sum(v.lost("1") for v in victims)
     p = predicted_partition_loss(length, "partition")
-    lo, hi = band(len(victims), p)
+    lo, hi = vb.binomial_band(len(victims), p)
     p_outage = predicted_partition_loss(length, "outage")
     print(f"partition {length} s: real lost {lost}/{len(victims)}, emqsim Partition p={p:.2f} band {lo}..{hi}, "
           f"Outage p={p_outage:.2f}")  # fmt: skip
     assert lo <= lost <= hi
     if length < LOCK_MS / 1000:  # an outage with a FIN (reconnect backoff) would lose these: rejected
-        lo_out, hi_out = band(len(victims), p_outage)
+        lo_out, hi_out = vb.binomial_band(len(victims), p_outage)
         assert not lo_out <= lost <= hi_out
     assert not any(e["ev"] == "error" and "ECONN" in e.get("error", "") for v in victims for e in v.events)
 
@@ -341,7 +334,7 @@ def test_a_sandboxed_childs_crash_is_retried_while_attempts_last(
         else:
             assert states["failed"] and hash_["ats"] == 1
     p = float(len(sim_job) == 2 and sim_job[1].outcome == "completed")
-    lo, hi = band(len(victims), p)
+    lo, hi = vb.binomial_band(len(victims), p)
     print(f"child crash, attempts {attempts}: real retried {retried}/{len(victims)}, emqsim p={p:.0f}")
     assert lo <= retried <= hi
 

@@ -198,13 +198,6 @@ def predicted(policy: str) -> float:
     return hits / SIM_RUNS
 
 
-def band(n: int, p: float) -> tuple[int, int]:
-    from scipy.stats import binom
-
-    lo, hi = binom.interval(0.999, n, p)
-    return int(lo), int(hi)
-
-
 @real
 def test_the_memory_sat_at_its_limit_and_redis_evicted(session: dict[str, Any]) -> None:
     print(
@@ -229,7 +222,7 @@ def test_locks_are_evicted_from_live_workers_as_the_memory_model_says(
         key for _, key in session["evicted"] if key.endswith(":lock") and key.startswith(f"bull:{policy}-")
     }
     p = predicted(policy)
-    lo, hi = band(len(queues), p)
+    lo, hi = vb.binomial_band(len(queues), p)
     print(f"eviction {policy}: real reclaimed from live Workers {count}/{len(queues)} ({len(locks)} locks "
           f"evicted; after {[None if a is None else round(a, 2) for a in after]} s), emqsim p={p:.2f} band {lo}..{hi}")  # fmt: skip
     assert lo <= count <= hi, (count, p, session["workdir"])

@@ -242,13 +242,6 @@ def predicted(session: dict[str, Any], queue: str) -> dict[str, dict[str, float]
     return {"twice": twice, "reclaimed": reclaimed}
 
 
-def band(n: int, p: float) -> tuple[int, int]:
-    from scipy.stats import binom
-
-    lo, hi = binom.interval(0.999, n, p)
-    return int(lo), int(hi)
-
-
 def judge(session: dict[str, Any], cls: str, job: str, what: str) -> tuple[int, int, float, int, int]:
     """(real count, n, emqsim's mean p, band lo, band hi) of `what` ("twice" or "reclaimed") for `job` over
     the class's queues."""
@@ -260,7 +253,7 @@ def judge(session: dict[str, Any], cls: str, job: str, what: str) -> tuple[int, 
         count += out["runs"].get(job, 0) >= 2 if what == "twice" else job in out["reclaimed"]
         ps.append(predicted(session, queue)[what][job])
     p = sum(ps) / len(ps)
-    lo, hi = band(len(queues), p)
+    lo, hi = vb.binomial_band(len(queues), p)
     print(f"failover {cls} job {job} {what}: real {count}/{len(queues)}, emqsim p={p:.2f} band {lo}..{hi}")
     return count, len(queues), p, lo, hi
 

@@ -204,13 +204,6 @@ def predicted(resend_twice: bool) -> tuple[float, tuple[float, ...]]:
     return orphaned / SIM_RUNS, tuple(after)
 
 
-def band(n: int, p: float) -> tuple[int, int]:
-    from scipy.stats import binom
-
-    lo, hi = binom.interval(0.999, n, p)
-    return int(lo), int(hi)
-
-
 # -- the judgements -------------------------------------------------------------------------------------------
 @real
 def test_every_victim_ran_to_its_end(session: dict[str, Any]) -> None:
@@ -231,8 +224,8 @@ def test_a_resent_finish_orphans_the_fetched_job_as_the_model_says(
     resend = group == "resend"
     orphaned = sum(v.orphaned() for v in victims)
     (p, sim_after), (p_other, _) = predicted(resend), predicted(not resend)
-    lo, hi = band(len(victims), p)
-    lo_other, hi_other = band(len(victims), p_other)
+    lo, hi = vb.binomial_band(len(victims), p)
+    lo_other, hi_other = vb.binomial_band(len(victims), p_other)
     after = [
         min(e["t"] / 1000 for e in v.events if e["ev"] == "stalled" and e.get("job") == "2") - v.ran_at
         for v in victims

@@ -192,13 +192,6 @@ def predicted(recovers: bool) -> tuple[float, tuple[float, ...]]:
     return reclaimed / SIM_RUNS, tuple(after)
 
 
-def band(n: int, p: float) -> tuple[int, int]:
-    from scipy.stats import binom
-
-    lo, hi = binom.interval(0.999, n, p)
-    return int(lo), int(hi)
-
-
 # -- the judgements -------------------------------------------------------------------------------------------
 @real
 def test_every_victim_ran_to_its_end(session: dict[str, Any]) -> None:
@@ -218,8 +211,8 @@ def test_a_connection_that_never_recovers_loses_its_lock_as_the_model_says(
     recovers = group == "control"
     reclaimed = sum(v.reclaimed() for v in victims)
     (p, sim_after), (p_other, _) = predicted(recovers), predicted(not recovers)
-    lo, hi = band(len(victims), p)
-    lo_other, hi_other = band(len(victims), p_other)
+    lo, hi = vb.binomial_band(len(victims), p)
+    lo_other, hi_other = vb.binomial_band(len(victims), p_other)
     after = [
         min(e["t"] / 1000 for e in v.events if e["ev"] == "stalled") - v.cut_at
         for v in victims

@@ -655,6 +655,13 @@ def real_redis(workdir: Path | None = None) -> Iterator[tuple[str, Path]]:
         yield server.socket_path, workdir
 
 
+def binomial_band(n: int, p: float, level: float = 0.999) -> tuple[int, int]:
+    """The counts out of `n` that a probability `p` makes likely: `binom.interval(level, n, p)` as whole
+    counts, the band every real-BullMQ count is judged by (tests/test_bullmq_real_*.py)."""
+    lo, hi = st.binom.interval(level, n, p)
+    return int(lo), int(hi)
+
+
 def start_sweeper(
     common: Sequence[str], queues: Sequence[str], log: Path, on_message: Callable[[Any, dict[str, Any]], Any]
 ) -> NodeProcess:
