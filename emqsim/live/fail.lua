@@ -10,23 +10,11 @@
 local id = ARGV[2]
 local check = ARGV[4] == "1"
 local attempts = tonumber(ARGV[5])
+--- @include "fetch_next"
 local function done(code, active, retried)
   local next_id = ""
   if code == 0 and retried == 0 and ARGV[6] ~= nil and ARGV[6] ~= "" then
-    local taken = redis.call("LMOVE", KEYS[4], KEYS[1], "RIGHT", "LEFT")
-    if taken then
-      next_id = taken
-      if ARGV[9] == "1" then
-        local lock = ARGV[1] .. taken .. ":lock"
-        if ARGV[8] == "" then
-          redis.call("SET", lock, ARGV[6])
-        else
-          redis.call("SET", lock, ARGV[6], "PX", ARGV[8])
-        end
-      end
-      redis.call("HINCRBY", ARGV[1] .. taken, "ats", 1)
-      redis.call("HSET", ARGV[1] .. taken, "processedOn", ARGV[7])
-    end
+    next_id = fetch_next()
   end
   return {code, active, retried, next_id}
 end

@@ -11,6 +11,7 @@ same keys on both; `tests/test_protocol_lua.py` checks that.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,15 @@ SCRIPT_NAMES = (
 )
 
 
+_INCLUDE = re.compile(r'^--- @include "(\w+)"$', re.M)
+
+
 def script_source(name: str) -> str:
-    """The Lua text of one script (`emqsim/live/<name>.lua`)."""
-    return (HERE / f"{name}.lua").read_text()
+    """The Lua text of one script (`emqsim/live/<name>.lua`), each `--- @include "part"` line replaced by
+    `emqsim/live/<part>.lua` (as BullMQ's scripts include theirs; Redis runs one text per script)."""
+    return _INCLUDE.sub(
+        lambda m: (HERE / f"{m.group(1)}.lua").read_text().rstrip("\n"), (HERE / f"{name}.lua").read_text()
+    )
 
 
 def key_names(base: str) -> dict[str, str]:
