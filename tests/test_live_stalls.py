@@ -274,3 +274,89 @@ def test_the_bullmq_preset_runs_live_and_a_lazily_failed_job_fails_at_its_next_t
         assert None not in (third.failed_at, second.reclaimed_at, first.finish_applied_at)
         # taken (and failed) as soon as a worker is free: at the reclaim, or when the first attempt's worker ends
         assert third.failed_at - max(second.reclaimed_at, first.finish_applied_at) <= MARGIN
+
+
+# -- a resent command that runs twice (Network(resend_twice=True)) ---------------------------------------------
+def resent_finish_live(resend_twice: bool) -> Scenario:
+    """`resent-finish` (2 workers, the `bullmq` preset's fetchNext, a drop catching the reply of worker 0's
+    finish) timed so that real time can hit it: the standard one's reply is in flight for 1 ms (half its 2 ms
+    round trip), and a live worker's finish leaves several ms real late. Here the round trip is 0.2 s and worker
+    0's finish is held by a blocked event loop until 2.6 s in both modes (its job's work ends inside the block,
+    at 2.4 s simulated, ~2.0 s live, where round trips cost nothing): the drop at 2.77 s catches a reply sent in
+    [2.57, 2.67) s, 35 ms real after 2.6 s at time_scale 0.5. Four 2 s jobs: worker 1 finishes first and its
+    fetchNext takes job 2; worker 0's finish takes job 3."""
+    from dataclasses import replace
+
+    from emqsim import Block, Network, standard
+    from emqsim.faults import Outage
+
+    base = standard("resent-finish", resend_twice=resend_twice, jobs=4, duration=2.0)
+    return replace(
+        base,
+        network=Network(rtt=Fixed(0.2), resend_twice=resend_twice),
+        faults=(Block(worker=0, at=1.6, duration=1.0), Outage(at=2.77, duration=1.0, worker=0)),
+        horizon=60,
+    )
+
+
+def test_a_live_resent_finish_runs_twice_and_orphans_the_job_its_first_run_took(
+    need_redis, steady_live, monkeypatch
+) -> None:
+    """`Network(resend_twice=True)` live: by the simulator's rule the drop at 2.77 s catches the reply of the
+    finish worker 0 sends at 2.6 s, so the worker sends it to the real redis-server (it completes the job and
+    its fetchNext locks job 3 to the worker), throws the reply away, and at the reconnect plus half a round
+    trip (3.87 s, the simulator's resent copy) sends the same command again: Redis refuses it ("Missing lock",
+    code -2) and fetches nothing, so job 3 stays active, locked to a live worker that never starts it, until
+    its lock lapses and a sweep moves it back; it then completes. The simulator's attempts and outcomes, its
+    finish count (the copy is one more), the orphan's reclaim within lease + two scans of its take;
+    `resend_twice=False` live matches the simulator too (the finish runs once, nothing is orphaned)."""
+    import emqsim.live.runner as runner_module
+    from emqsim.presets import preset
+
+    events: list[dict] = []
+    clock = []
+    build = runner_module.build_run
+
+    def spy(facts, *args, **kwargs):  # the workers' reports, for the resent copy's reply
+        events[:] = list(facts.events)
+        clock[:] = [facts.sim_s]
+        return build(facts, *args, **kwargs)
+
+    monkeypatch.setattr(runner_module, "build_run", spy)
+    policy = preset("bullmq", lease=2.0, scan=1.0)
+    scale, margin = 0.5, 0.15 / 0.5
+    twice, once = resent_finish_live(True), resent_finish_live(False)
+    live = steady_live(twice, policy, time_scale=scale, seed=0)
+    resent = [e for e in events if e["e"] == "resent"]
+    sim_s = clock[0]
+    live_once = steady_live(once, policy, time_scale=scale, seed=0)
+    sim, sim_once = simulate(twice, policy, seed=0), simulate(once, policy, seed=0)
+    assert (
+        outcomes(live)
+        == outcomes(sim)
+        == [
+            ("0", 1, "completed", None),
+            ("1", 1, "completed", None),
+            ("2", 1, "completed", None),
+            ("3", 1, "reclaimed", "alive"),
+            ("3", 2, "completed", None),
+        ]
+    )
+    assert live.final_state == sim.final_state == {"wait": 0, "active": 0, "completed": 4, "failed": 0}
+    assert live.requests["finish"] == sim.requests["finish"] == sim_once.requests["finish"] + 1 == 5
+    # the copy: one, of worker 0's finish, refused with Missing lock at the simulator's resend time
+    assert [(e["kind"], e["w"], e["code"]) for e in resent] == [("finish", 0, -2)]
+    assert abs(sim_s(resent[0]["t"]) - 3.87) <= margin
+    for run in (live, sim):
+        first = next(a for a in run.attempts if a.worker == 0 and a.finish_result == "accepted")
+        orphan = next(a for a in run.attempts if a.job == "3" and a.attempt == 1)
+        assert (
+            orphan.worker == 0 and orphan.started_at is None
+        )  # taken by the finish's first run, never started
+        assert abs(orphan.taken_at - first.finish_applied_at) <= 0.001  # in the same script
+        latency = orphan.reclaimed_at - orphan.taken_at
+        assert 2.0 - margin <= latency <= 2.0 + 2 * 1.0 + margin, latency  # lease, then the two-phase sweep
+    orphans = [next(a for a in r.attempts if a.job == "3") for r in (live, sim)]
+    assert abs(orphans[0].reclaimed_at - orphans[1].reclaimed_at) <= margin + 2 * 1.0
+    assert outcomes(live_once) == outcomes(sim_once) == [(str(j), 1, "completed", None) for j in range(4)]
+    assert live_once.requests["finish"] == sim_once.requests["finish"] == 4
