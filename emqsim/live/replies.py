@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import redis
@@ -22,8 +23,8 @@ READONLY_CODE = -100  # emqsim.protocol.READONLY: a finish refused with READONLY
 class Resending:
     """`deliver` and `ran_first`, for `LiveWorker` (which provides `call`, `emit` and `sleep_until`)."""
 
-    resend: list[tuple[float, float, float]]  # real (from, until, copy sent at), from `go`
-    resend_kinds: set[str]  # the kinds the simulator resends (emqsim.live.resend.resent_kinds)
+    resend: Sequence[tuple[float, float, float]] = ()  # real (from, until, copy sent at), from `go`
+    resend_kinds: Collection[str] = frozenset()  # the kinds the simulator resends (live.resend.resent_kinds)
     stopping: threading.Event
 
     def call(self, fn: Any, t: float) -> Any: ...  # (LiveWorker's)

@@ -23,7 +23,7 @@ from emqsim.faults import Network, OutageWindow, Partition
 from emqsim.policies import ReclaimPolicy
 from emqsim.units import to_ms
 
-__all__ = ["catch_windows", "check_resend", "resent_kinds", "rtt_ms"]
+__all__ = ["catch_windows", "check_resend", "in_flight_warning", "resent_kinds", "rtt_ms"]
 
 CatchWindow = tuple[int, int, int]  # (from, until) send times in ms whose reply a drop catches, copy sent at
 
@@ -42,6 +42,23 @@ def check_resend(network: Network, faults: tuple[object, ...]) -> None:
             "live mode reproduces Network(resend_twice=True) or a silent partition in one run, not both "
             "(a partition's proxy holds the replies): leave out one of them"
         )
+
+
+def in_flight_warning(network: Network, time_scale: float) -> str | None:
+    """Why this run's resent commands may not be the simulator's, if a reply is in flight (half the round
+    trip, scaled) for less than 20 ms real: a worker's send leaves a few ms real late, so a window that narrow
+    may catch another request, or none (the standard `resent-finish`'s is 1 ms); else None."""
+    if not network.resend_twice:
+        return None
+    rtt = rtt_ms(network)
+    flight = (rtt - rtt // 2) * time_scale
+    if flight >= 20:
+        return None
+    return (
+        f"Network(resend_twice): a reply is in flight for {flight:g} ms real (half the {rtt} ms round trip, "
+        "scaled), under the workers' scheduling jitter (a few ms): the requests a drop catches live may not "
+        "be the simulator's; prefer a larger Fixed rtt or time_scale"
+    )
 
 
 def rtt_ms(network: Network) -> int:

@@ -56,7 +56,7 @@ from emqsim.live.failover import Failover, check_failover, failovers_of
 from emqsim.live.faults import FaultInjection, memory_pressure
 from emqsim.live.partition import Partitions, check_partitions
 from emqsim.live.records import Proc, build_run
-from emqsim.live.resend import catch_windows, check_resend, rtt_ms
+from emqsim.live.resend import catch_windows, check_resend, in_flight_warning, rtt_ms
 from emqsim.live.scripts import LuaQueue
 from emqsim.live.server import (
     PrivateRedis,
@@ -137,6 +137,9 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
                 "connection would stay on the demoted primary) fails over in the simulator only"
             )
         check_resend(scenario.network, scenario.faults)  # a resent command runs twice (emqsim.live.resend)
+        in_flight = in_flight_warning(scenario.network, self.scale)
+        if in_flight is not None:
+            warnings.warn(in_flight, LiveWarning, stacklevel=3)
         # Connection outages: each worker's windows come from the simulator's own function and streams.
         self.outage_spans = outage_spans(scenario.faults)
         # Redis restarts: the parent really stops its private redis-server and starts it again on its data.
