@@ -360,3 +360,55 @@ def test_a_live_resent_finish_runs_twice_and_orphans_the_job_its_first_run_took(
     assert abs(orphans[0].reclaimed_at - orphans[1].reclaimed_at) <= margin + 2 * 1.0
     assert outcomes(live_once) == outcomes(sim_once) == [(str(j), 1, "completed", None) for j in range(4)]
     assert live_once.requests["finish"] == sim_once.requests["finish"] == 4
+
+
+def test_the_live_catch_windows_are_the_simulators_rule() -> None:
+    """`catch_windows` asks `Client.resent_at` (the simulator's own rule, not a copy): a send time is in a
+    window, with the copy's time, exactly when the simulator says a drop catches its reply; at every ms a live
+    worker sends (not inside an outage, where it queues, except at a reconnect, where the queue goes)."""
+    from emqsim.client import Client
+    from emqsim.live.resend import catch_windows
+
+    for windows in ([(1000, 1500, 2000), (2050, 2100, 3000), (3150, 3200, 4000)], [(20006, 21006, 21006)]):
+        backs = {back for _, _, back in windows}
+        for rtt in (1, 2, 7, 200):
+            spans = catch_windows(windows, rtt)
+            for now in range(0, windows[-1][2] + 10):
+                if any(a <= now < b for a, _, b in windows) and now not in backs:
+                    continue
+                after = Client.resent_at(now, rtt, windows)
+                got = [again for lo, hi, again in spans if lo <= now < hi]
+                assert got == ([] if after is None else [now + after]), (windows, rtt, now)
+            assert spans, (windows, rtt)  # each case catches something
+
+
+def test_a_live_worker_sends_a_caught_request_twice_with_the_same_arguments() -> None:
+    """`Resending.deliver`, without Redis: a request of a kind the simulator resends, sent inside a catch
+    window, is sent, its reply kept aside (`first`), and sent again with the same arguments at the copy's time;
+    the copy's reply is the answer. Another kind, or a send outside the windows, goes once."""
+    import threading
+    import time
+
+    from emqsim.live.worker import LiveWorker
+
+    w = LiveWorker.__new__(LiveWorker)
+    w.stopping = threading.Event()
+    w.outages, w.held, w.switches, w.loss = [], [], [], 0.0
+    now = time.time()
+    w.resend = [(now - 1.0, now + 5.0, now + 0.2)]
+    w.resend_kinds = {"finish", "renew"}
+    sent: list[tuple[float, float]] = []
+
+    def command(t: float) -> int:
+        sent.append((t, time.time()))
+        return len(sent)
+
+    first: list = []
+    t, reply = w.request("finish", command, first=first)
+    assert len(sent) == 2 and sent[0][0] == sent[1][0]  # the same command: the same `now` argument
+    assert sent[1][1] >= now + 0.2 and t >= now + 0.2  # sent again when the simulator's copy reaches Redis
+    assert first == [(sent[0][0], 1)] and reply == 2
+    sent.clear()
+    assert w.request("sweep", command)[1] == 1 and len(sent) == 1  # not a kind the simulator resends
+    w.resend = [(now + 60, now + 61, now + 62)]
+    assert w.request("finish", command)[1] == 2 and len(sent) == 2  # outside the windows: once
