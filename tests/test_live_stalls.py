@@ -412,3 +412,52 @@ def test_a_live_worker_sends_a_caught_request_twice_with_the_same_arguments() ->
     assert w.request("sweep", command)[1] == 1 and len(sent) == 1  # not a kind the simulator resends
     w.resend = [(now + 60, now + 61, now + 62)]
     assert w.request("finish", command)[1] == 2 and len(sent) == 2  # outside the windows: once
+
+
+def test_a_live_resent_take_runs_twice_and_orphans_the_job_its_first_run_took(
+    need_redis, steady_live
+) -> None:
+    """A take (moveToActive, after a wake-up) whose reply a drop catches, live and simulated: worker 0's event
+    loop is blocked from 0.1 s to 2.0 s while jobs 0 and 1 arrive (seed 27: 0.50 and 0.95 s; worker 1 takes
+    job 0), so its take of job 1 leaves at 2.0 s in both modes, and the drop at 2.17 s (round trip 0.2 s)
+    catches its reply: the take ran (job 1 locked to worker 0, never started), and its copy at the reconnect
+    finds `wait` empty. Job 1's lock lapses and a sweep moves it back; it completes on its second attempt. The
+    simulator's attempts and outcomes, the orphan's take and reclaim times (`resend_twice=False` is the finish
+    test's, above). (The simulator's run goes on to its horizon: its orphaned take is never counted as
+    stopped, emqsim/worker.py `_take_after_wakeup`; so no end time is compared.)"""
+    from emqsim import Block, Network
+    from emqsim.faults import Outage
+
+    def scenario(resend_twice: bool) -> Scenario:
+        return Scenario(
+            name="resent-take",
+            workers=2,
+            jobs=3,
+            arrival_rate=1.0,
+            duration=Fixed(4.0),
+            faults=(Block(worker=0, at=0.1, duration=1.9), Outage(at=2.17, duration=1.0, worker=0)),
+            network=Network(rtt=Fixed(0.2), resend_twice=resend_twice),
+            horizon=60,
+        )
+
+    policy = LeasePolicy(lease=2.0, beat=0.5, scan=1.0, take_mode="after-wakeup")
+    scale, margin = 0.5, 0.15 / 0.5
+    live = steady_live(scenario(True), policy, time_scale=scale, seed=27)
+    sim = simulate(scenario(True), policy, seed=27)
+    assert (
+        outcomes(live)
+        == outcomes(sim)
+        == [
+            ("0", 1, "completed", None),
+            ("1", 1, "reclaimed", "alive"),
+            ("1", 2, "completed", None),
+            ("2", 1, "completed", None),
+        ]
+    )
+    assert live.final_state == sim.final_state == {"wait": 0, "active": 0, "completed": 3, "failed": 0}
+    orphans = [next(a for a in r.attempts if a.job == "1" and a.attempt == 1) for r in (live, sim)]
+    for orphan in orphans:
+        assert orphan.worker == 0 and orphan.started_at is None
+    # taken when it reached Redis: live at once, simulated half the 0.2 s round trip after the send at 2.0 s
+    assert abs(orphans[0].taken_at - (orphans[1].taken_at - 0.1)) <= margin
+    assert abs(orphans[0].reclaimed_at - orphans[1].reclaimed_at) <= margin + 0.1 + 1.0  # the sweeps' phases

@@ -320,6 +320,7 @@ class LiveWorker(Resending):
                 for ran, got in first:  # ran twice (`deliver`): the job the first run took is orphaned
                     if got is not None and got is not READONLY:
                         self.emit("take", job=got, token=token, t=ran, s=None, orphan=True)
+                        token = token if job is not None else self.new_token()  # the next take's own
                 if job is READONLY:  # refused by a demoted primary: no job; BullMQ fetches again at once
                     job = None
                 if job is not None:
