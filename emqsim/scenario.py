@@ -111,6 +111,13 @@ class Scenario:
                 )
             if fault.job is not None and fault.job >= self.jobs:
                 raise ConfigError(f"a fault targets job {fault.job} but the scenario has {self.jobs} jobs")
+        if self.network.max_retries_per_request is not None and any(
+            isinstance(f, Partition) for f in self.faults
+        ):
+            raise ConfigError(
+                "network max_retries_per_request is not modelled with a Partition (ioredis sees no close "
+                "until TCP gives up): use an Outage, or leave max_retries_per_request out"
+            )
 
     def with_(self, **changes: Any) -> Scenario:
         """A copy with some fields changed (validated again)."""
