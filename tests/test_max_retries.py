@@ -78,7 +78,7 @@ def test_the_simulated_finish_meets_the_closed_form(attempts: int) -> None:
             )
             first = next(a for a in run.attempts if a.job == "0")
             assert first.worker == 0
-            sent_ms = round((first.taken_at + 20.0 - 20.0) * 1000)
+            sent_ms = round((first.finished_at - 20.0) * 1000)  # the finish is sent as the work ends
             fate = finish_fate(n, round(down * 1000), sent_ms)
             seen.add(fate)
             runs = [a for a in run.attempts if a.job == "0"]
