@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from emqsim import Network, simulate, standard
 from emqsim.cli import main
@@ -29,6 +31,7 @@ from emqsim.presets import preset
 from emqsim.records import COMPLETED, FAILED, FINISH_REJECTED
 from emqsim.scenario import Scenario
 from tests.test_event_elision import assert_same
+from tests.test_invariants import assert_structures_hold_each_job_once, leases, run, scenarios
 
 
 def _flushes(n: int, count: int) -> list[int]:
@@ -169,3 +172,24 @@ def test_bad_values_are_one_line(tmp_path, capsys) -> None:
     from emqsim.config import load_config
 
     assert load_config(path)[0].network.max_retries_per_request == 3
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    scenarios(loss=False),
+    st.one_of(leases, st.just(preset("bullmq"))),
+    st.sampled_from([0, 1, 3]),
+    st.integers(0, 2**16),
+)
+def test_rejections_keep_every_job_in_one_structure_and_elision_changes_nothing(
+    scenario: Scenario, policy, n: int, seed: int
+) -> None:
+    """Random faults (outages, Redis restarts, failovers, crashes, blocks, freezes) with a finish, a take or a
+    renewal rejected anywhere: no job is lost or duplicated in the queue, a run that ended has nothing
+    left waiting or active, and the callback-driven timers give the plain processes' records."""
+    scenario = scenario.with_(network=replace(scenario.network, max_retries_per_request=n))
+    sim, result = run(scenario, policy, seed)
+    assert_structures_hold_each_job_once(sim, result)
+    if result.ended_by == "done":
+        assert result.final_state["wait"] == 0 and result.final_state["active"] == 0
+    assert_same(scenario, policy, seed)
