@@ -51,9 +51,9 @@ LOCK_MS, STALLED_MS = 10_000, 2000
 JOB_MS = 2000
 # group -> (victims, maxRetriesPerRequest, outage s, the cut this many s before the work ends)
 GROUPS: dict[str, tuple[int, int | None, float, tuple[float, float]]] = {
-    "lost": (3, 0, 3.5, (0.3, 1.2)),
-    "failed": (3, 0, 1.5, (0.3, 0.7)),
-    "control": (3, None, 3.5, (0.3, 1.2)),
+    "lost": (3, 0, 3.5, (0.5, 1.2)),  # lost if the finish is sent 0 to 2 s after the cut
+    "failed": (3, 0, 1.5, (0.4, 0.6)),  # failed if 0 to 1 s after it
+    "control": (3, None, 3.5, (0.5, 1.2)),
 }
 FATES = {"lost": FINISH_REJECTED, "failed": FAILED, "control": COMPLETED}  # what each group's job should do
 SIM_RUNS = 30  # emqsim replications per prediction
@@ -224,7 +224,13 @@ def test_a_finish_waiting_through_an_outage_meets_the_model(session: dict[str, A
     lo, hi = vb.binomial_band(len(victims), p)
     lo_other, hi_other = vb.binomial_band(len(victims), p_other)
     errors = sorted({e["error"] for v in victims for e in v.events if e["ev"] in ("error", "failed")})
-    print(f"{group}: real {fate} {count}/{len(victims)} (fates {[v.fate() for v in victims]}, final "
+    sent = [  # s from the cut to the finish's send (the first start's time plus the work)
+        round(
+            next(e["t"] for e in v.events if e["ev"] == "start") / 1000 + JOB_MS / 1000 - (v.cut_at or 0), 2
+        )
+        for v in victims
+    ]
+    print(f"{group}: finishes sent {sent} s after the cut; real {fate} {count}/{len(victims)} (fates {[v.fate() for v in victims]}, final "
           f"{[v.final_state for v in victims]}), emqsim maxRetriesPerRequest={retries} p={p:.2f} band {lo}..{hi}, "
           f"={other} p={p_other:.2f} band {lo_other}..{hi_other}; errors {errors}")  # fmt: skip
     assert lo <= count <= hi
