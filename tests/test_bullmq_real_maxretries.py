@@ -254,3 +254,45 @@ def test_a_finish_waiting_through_an_outage_meets_the_model(session: dict[str, A
         assert states == ["completed"] * len(victims), states
         starts = [sum(e["ev"] == "start" and e.get("job") == "1" for e in v.events) for v in victims]
         assert starts == [2 if group == "lost" else 1] * len(victims), starts
+
+
+PROBE = """
+import { Worker } from 'bullmq';
+import { Redis } from 'ioredis';
+const w = new Worker('q', async () => {}, { connection: { port: 1, lazyConnect: true }, autorun: false });
+w.on('error', () => {});
+await new Promise(resolve => setTimeout(resolve, 50));
+const raw = c => c?.raw ?? c;
+const retries = c => raw(c._client)?.options?.maxRetriesPerRequest;
+let refused = null;
+try {
+  new Worker('q', async () => {}, { connection: new Redis({ port: 1, lazyConnect: true }), autorun: false });
+} catch (e) { refused = e.message; }
+console.log(JSON.stringify({ main: retries(w.backend.connection), blocking: retries(w.backend.blockingConnection), refused }));
+process.exit(0);
+"""
+
+
+@pytest.mark.slow
+def test_a_workers_main_client_keeps_ioredis_default_and_an_instance_must_be_null_or_0(
+    need_bullmq: None,
+) -> None:
+    """What docs/model.md says of BullMQ 6.7 (the divergence row, and why the real test above uses 0): built
+    from connection options, a Worker's main client keeps ioredis's default maxRetriesPerRequest 20 and only
+    its blocking client gets null; a user-supplied instance with ioredis's default is refused."""
+    import subprocess
+
+    out = subprocess.run(
+        ["node", "--input-type=module", "-e", PROBE],
+        cwd=Path(__file__).resolve().parents[1] / "validation" / "bullmq",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    probe = json.loads(out.stdout.strip().splitlines()[-1])
+    assert probe == {
+        "main": 20,
+        "blocking": None,
+        "refused": "BullMQ: Your redis options maxRetriesPerRequest must be null.",
+    }
