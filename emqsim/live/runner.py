@@ -140,6 +140,11 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
                 "live mode cannot reproduce Network(resend_twice): on its unix socket a reply is never caught "
                 "in flight, so no command runs twice; run the resent-finish scenario in the simulator only"
             )
+        if scenario.network.max_retries_per_request is not None:
+            raise ConfigError(
+                "live mode cannot reproduce Network(max_retries_per_request): its workers' clients hold every "
+                "request through an outage (null); run max-retries-outage in the simulator only"
+            )
         # Connection outages: each worker's windows come from the simulator's own function and streams.
         self.outage_spans = outage_spans(scenario.faults)
         # Redis restarts: the parent really stops its private redis-server and starts it again on its data.
