@@ -7,7 +7,9 @@ connection is closed). Requests already on the wire when a client freezes or die
 network does not know the sender stopped.
 
 A client's connection can be down (`Outage`): its requests wait and are resent when it reconnects (ioredis's
-offline queue), so a round trip that meets an outage ends after the reconnect (`Client.route`).
+offline queue), so a round trip that meets an outage ends after the reconnect (`Client.route`). With
+`Network.max_retries_per_request` a request still waiting at one of ioredis's queue flushes is rejected there
+instead (`Client.flush_at`, `Rejected`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import simpy
 
 from emqsim._simpy_fast import URGENT, Tick
 from emqsim.distributions import Fixed
+from emqsim.faults import max_retries_flush_ms
 from emqsim.ledger import Ledger
 from emqsim.policies import ReclaimPolicy
 from emqsim.scenario import Scenario
@@ -29,6 +32,24 @@ from emqsim.units import to_ms
 ALIVE, FROZEN, BLOCKED, DEAD = "alive", "frozen", "blocked", "dead"
 RTT_BLOCK = 256  # round trips drawn at once (a fixed block size keeps the draws reproducible)
 Proc = Generator[simpy.Event, Any, Any]
+MAX_RETRIES_ERROR = (
+    'Reached the max retries per request limit (which is {n}). Refer to "maxRetriesPerRequest" option for '
+    "details."
+)  # ioredis's MaxRetriesPerRequestError (built/errors/MaxRetriesPerRequestError.js)
+
+
+class Rejected:
+    """The reply of a request ioredis rejected with MaxRetriesPerRequestError at a queue flush during an
+    outage (`Network.max_retries_per_request`). `ran`: the command had reached Redis and run before the
+    connection dropped its reply (it was in ioredis's sent-command queue)."""
+
+    __slots__ = ("ran",)
+
+    def __init__(self, ran: bool) -> None:
+        self.ran = ran
+
+
+REJECTED, REJECTED_RAN = Rejected(False), Rejected(True)
 # Private switch for tests: False runs every timer as the plain SimPy process it stands for, and every stalled
 # check of a worker one by one (same results).
 _ELISION = True
@@ -66,6 +87,7 @@ class Client:
         self._loss_all = network.loss_on == "all"
         self._timeout_ms = to_ms(network.command_timeout)
         self._resend_twice = network.resend_twice
+        self._max_retries = network.max_retries_per_request
         # Connection outages, in time order: (disconnected at, network back at, reconnected at), in ms.
         self.outages: list[tuple[int, int, int]] = []
 
@@ -142,13 +164,55 @@ class Client:
                 read = max(read, back + 2 * back_ms)
         return read - now
 
+    def flush_at(self, now: int, read_at: int) -> int | None:
+        """With `Network.max_retries_per_request`: the time of the first of ioredis's queue flushes
+        (`faults.max_retries_flush_ms`, counted from each outage's disconnect; only those before its
+        reconnect happen) that catches a request sent at `now` whose reply would be read at `read_at`
+        (after `now`, before `read_at`), or None if none does."""
+        n = self._max_retries
+        if n is None:
+            return None
+        for begin, _, back in self.outages:
+            if begin >= read_at:
+                break
+            if back <= now:
+                continue
+            flush = begin + max_retries_flush_ms(n, now - begin)
+            if flush < back:
+                return flush if flush < read_at else None
+        return None
+
+    def rejected(
+        self, kind: str, op: Callable[..., Any], now: int, out_ms: int, back_ms: int, flush: int
+    ) -> Proc:
+        """A request that ioredis rejects at the queue flush at `flush` (`flush_at`): it runs at Redis only if
+        it got there before the drop (its reply is what the drop caught); the client learns at `flush`.
+        Returns `REJECTED` or `REJECTED_RAN`, or None if the client died meanwhile."""
+        server = self.sim.server
+        ran = now + out_ms < flush
+        if ran:
+            server.send_split(kind, op, out_ms, back_ms)  # its reply never comes: rejected instead
+        else:
+            server.requests[kind] = server.requests.get(kind, 0) + 1
+        yield self.env.timeout(flush - now)
+        if not (yield from self.carry_on()):
+            return None
+        return REJECTED_RAN if ran else REJECTED
+
     def request(self, kind: str, op: Callable[..., Any], retry: bool = True) -> Proc:
-        """One round trip; returns the reply, or LOST (renewals are not retried), or None if the client died."""
+        """One round trip; returns the reply, or LOST (renewals are not retried), or a `Rejected` (a flush of
+        ioredis's queues during an outage, `Network.max_retries_per_request`; never a stalled check), or
+        None if the client died."""
         while True:
             lost = self._lost(kind)
             if self.outages and not lost:
                 rtt_ms = self._rtt_ms()
                 out_ms, back_ms = self.route(rtt_ms)
+                if self._max_retries is not None and kind != "sweep":
+                    now = int(self.env.now)
+                    flush = self.flush_at(now, now + out_ms + back_ms)
+                    if flush is not None:
+                        return (yield from self.rejected(kind, op, now, out_ms, back_ms, flush))
                 again = self.resent_after(rtt_ms) if self._resend_twice else None
                 if again is None:
                     reply = self.sim.server.send_split(kind, op, out_ms, back_ms)

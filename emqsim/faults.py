@@ -131,8 +131,10 @@ class Outage:
     only the workers (a plain outage of every worker is a network blip on the workers' side).
 
     `recovers=False` makes the workers' clients never come back, though Redis and the network are back after
-    `duration`: a user-supplied ioredis client that gave up (`maxRetriesPerRequest`, 20 by default, then every
-    command fails), or BullMQ's blocking client left "reconnecting" (bullmq#648, #2466, #4585). The worker
+    `duration`: a user-supplied ioredis client whose `retryStrategy` gave up (it returned no number: ioredis
+    ends the connection for good), or BullMQ's blocking client left "reconnecting" (bullmq#648, #2466,
+    #4585; BullMQ 6.7's blocking-wait watchdog resets it). `maxRetriesPerRequest` does not stop a client:
+    it rejects pending commands and the client reconnects (`Network.max_retries_per_request`). The worker
     stops fetching and renewing; its jobs' work goes on but their finishes never arrive, so the sweep takes
     them back from a worker that is alive (`disconnected`).
 
@@ -314,6 +316,50 @@ def reconnect_after_ms(down_ms: int) -> int:
 
 
 _MAX_RECONNECT_DELAY_MS = 20000  # reconnect_delay_ms's cap, reached at attempt 10 (e^10 > 20000)
+_CAPPED_FROM = 10  # the first attempt whose delay is the cap
+
+
+def reconnect_attempt_ms(k: int) -> int:
+    """ms from a disconnect until reconnect attempt `k` (0: the disconnect itself), the attempts following
+    BullMQ's retry strategy (`reconnect_delay_ms`): 1000, 2000, ..., 6000, 7096, 10076, 18179, 38179 ms,
+    then every 20 s."""
+    if k <= _CAPPED_FROM:
+        return sum(reconnect_delay_ms(i) for i in range(1, k + 1))
+    return reconnect_attempt_ms(_CAPPED_FROM) + (k - _CAPPED_FROM) * _MAX_RECONNECT_DELAY_MS
+
+
+def max_retries_flush_ms(n: int, after_ms: int) -> int:
+    """ms from a disconnect until the first flush of ioredis's command queues later than `after_ms` (ms from
+    the same disconnect; negative for before it), for a client with `maxRetriesPerRequest` = n >= 0.
+
+    ioredis's close handler (built/redis/event_handler.js:185-210) counts every close, the disconnect and
+    each failed reconnect attempt, in `retryAttempts` (reset on ready) and, when `retryAttempts % (n + 1)`
+    is 0, rejects every command of the offline queue and every sent, unanswered one with
+    MaxRetriesPerRequestError. Close number j comes with attempt j - 1's failure, so the flushes come at
+    attempts n, 2n + 1, 3n + 2, ... (`reconnect_attempt_ms`); only those before the reconnect happen."""
+    if after_ms < 0:
+        k = 0
+    elif after_ms < reconnect_attempt_ms(_CAPPED_FROM):
+        k = next(i for i in range(_CAPPED_FROM + 1) if reconnect_attempt_ms(i) > after_ms)
+    else:
+        k = _CAPPED_FROM + (after_ms - reconnect_attempt_ms(_CAPPED_FROM)) // _MAX_RECONNECT_DELAY_MS + 1
+    k = -(-(k + 1) // (n + 1)) * (n + 1) - 1  # the first flushing close at or after attempt k
+    return reconnect_attempt_ms(k)
+
+
+def finish_fate(n: int, down_ms: int, sent_ms: int = 0) -> str:
+    """What becomes of a BullMQ finish (moveToCompleted) sent `sent_ms` after its worker's connection
+    dropped (0: on the wire when it dropped), the network back `down_ms` after the drop, on a Worker whose
+    client has `maxRetriesPerRequest` = n: "waits" (it reaches Redis at the reconnect), "failed" (rejected
+    at a flush; the moveToFailed BullMQ sends then reaches Redis at the reconnect: the job fails with the
+    error, or is retried if attempts are left) or "lost" (the moveToFailed is rejected at the next flush
+    too: the job stays active, its lock lapses and the stalled check moves it back to run again)."""
+    back = reconnect_after_ms(down_ms)
+    first = max_retries_flush_ms(n, sent_ms - 1)  # a command sent in a flush's millisecond waits for the next
+    if first >= back:
+        return "waits"
+    return "lost" if max_retries_flush_ms(n, first) < back else "failed"
+
 
 NEVER_MS = 2**62  # the reconnect time of a client that never recovers (`Outage(recovers=False)`)
 
@@ -477,16 +523,36 @@ class Network:
     twice: a renewal extends the lock again, a finish is refused the second time ("Missing lock"), and a job
     the first run took (a take, or a finish's fetchNext) is orphaned until its lease lapses. Off by default
     (the command runs once and its reply is read after the reconnect); not meant for a `Partition` that TCP
-    did not give up on, where nothing is resent."""
+    did not give up on, where nothing is resent.
+
+    `max_retries_per_request` = n: ioredis's `maxRetriesPerRequest` of each worker's main client (the one
+    that takes, renews and finishes; BullMQ 6.7 leaves it at ioredis's default 20 when it builds that
+    client from connection options, and a user-supplied IORedis instance keeps its own, which a Worker
+    accepts only as 0 or null). During an outage ioredis rejects every command still waiting at its n-th,
+    (2n + 1)-th, ... failed reconnect attempt (`max_retries_flush_ms`): a rejected renewal is lost, a
+    rejected take is sent again, a rejected finish makes BullMQ send moveToFailed, which fails the job if
+    it gets through and is lost if it is rejected too (`finish_fate`). None (the default): null, commands
+    wait for the reconnect however long it takes. Stalled checks and the blocking client's commands are
+    not rejected (BullMQ forces null on the blocking client); not modelled for a `Partition`."""
 
     rtt: Distribution = Fixed(0.002)
     loss: float = 0.0
     loss_on: str = "renewals"
     command_timeout: float = 1.0
     resend_twice: bool = False
+    max_retries_per_request: int | None = None
 
     def __post_init__(self) -> None:
         require_instance("Network.rtt", self.rtt, Distribution, "a Distribution, e.g. Fixed(0.002)")
+        if self.max_retries_per_request is not None and (
+            isinstance(self.max_retries_per_request, bool)
+            or not isinstance(self.max_retries_per_request, int)
+            or self.max_retries_per_request < 0
+        ):
+            raise ConfigError(
+                "network max_retries_per_request must be a whole number >= 0 (ioredis's maxRetriesPerRequest "
+                f"of the workers' main client; leave it out for null), got {self.max_retries_per_request!r}"
+            )
         require_number("Network.loss", self.loss)
         require_number("Network.command_timeout", self.command_timeout)
         require_bool("Network.resend_twice", self.resend_twice)

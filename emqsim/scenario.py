@@ -111,6 +111,13 @@ class Scenario:
                 )
             if fault.job is not None and fault.job >= self.jobs:
                 raise ConfigError(f"a fault targets job {fault.job} but the scenario has {self.jobs} jobs")
+        if self.network.max_retries_per_request is not None and any(
+            isinstance(f, Partition) for f in self.faults
+        ):
+            raise ConfigError(
+                "network max_retries_per_request is not modelled with a Partition (ioredis sees no close "
+                "until TCP gives up): use an Outage, or leave max_retries_per_request out"
+            )
 
     def with_(self, **changes: Any) -> Scenario:
         """A copy with some fields changed (validated again)."""
@@ -415,6 +422,34 @@ def resent_finish(
     )
 
 
+def max_retries_outage(
+    max_retries: int | None = 0,
+    outage_for: float = 5.0,
+    duration: float = 20.0,
+    jobs: int = 4,
+    workers: int = 2,
+    attempts: int = 1,
+    horizon: float = 3600.0,
+) -> Scenario:
+    """Worker 0's connection drops for `outage_for` seconds just before job 0's work ends, so its finish
+    waits in ioredis's offline queue. The worker's client is a user-supplied IORedis instance with
+    `maxRetriesPerRequest` = `max_retries` (a BullMQ 6.7 Worker accepts 0 or null): ioredis rejects the
+    waiting finish at its first queue flush (1 s after the drop with 0), BullMQ sends moveToFailed, and the
+    next flush (2 s) rejects that too, since the client is back only at 5 s: the finish is lost, job 0's lock
+    lapses and the stalled check moves it back; it runs again (`faults.finish_fate`). An outage of 1 to 2 s
+    fails the job instead (retried with `attempts` > 1); `max_retries=None` (null) waits: it completes once."""
+    return Scenario(
+        name="max-retries-outage",
+        workers=workers,
+        jobs=jobs,
+        duration=Fixed(duration),
+        faults=(Outage(at=duration, duration=outage_for, worker=0),),
+        network=Network(max_retries_per_request=max_retries),
+        attempts=attempts,
+        horizon=horizon,
+    )
+
+
 STANDARD: dict[str, Callable[..., Scenario]] = {
     "slow-alive": slow_alive,
     "fast-dead": fast_dead,
@@ -429,6 +464,7 @@ STANDARD: dict[str, Callable[..., Scenario]] = {
     "memory-pressure": memory_pressure,
     "stuck-connection": stuck_connection,
     "failover": failover,
+    "max-retries-outage": max_retries_outage,
 }
 
 

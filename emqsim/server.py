@@ -497,6 +497,13 @@ class Server:
         self.host.finish_applied(attempt.job)
         return reply
 
+    def finish_given_up(self, attempt: AttemptDraft, now: int, error: str) -> None:
+        """A finish its worker gave up without Redis running it: ioredis rejected it and the moveToFailed
+        after it (`Network.max_retries_per_request`) with `error`. Recorded as a refused finish; the job
+        stays `active` with its lock, which lapses, and is reclaimed later."""
+        self.ledger.finish_applied(attempt, now, error)
+        self.host.finish_applied(attempt.job)
+
     def fail(self, attempt: AttemptDraft, now: int, reason: str, attempts: int = 1) -> FinishReply:
         """moveToFinished(failed) by the holder: token-checked; the job goes to `failed`, or with `attempts`
         left back to `wait` (retried: the attempt failed, the job did not settle)."""

@@ -20,7 +20,20 @@ import simpy
 from emqsim import client as _client
 from emqsim._simpy_fast import URGENT, Tick
 from emqsim.checks import start_checks
-from emqsim.client import ALIVE, BLOCKED, DEAD, FROZEN, Client, ClientHost, Proc, _ended
+from emqsim.client import (
+    ALIVE,
+    BLOCKED,
+    DEAD,
+    FROZEN,
+    MAX_RETRIES_ERROR,
+    REJECTED,
+    REJECTED_RAN,
+    Client,
+    ClientHost,
+    Proc,
+    Rejected,
+    _ended,
+)
 from emqsim.ledger import AttemptDraft
 from emqsim.server import LOST
 from emqsim.units import to_ms
@@ -58,6 +71,7 @@ class _LockManager:
         "result",
         "_to_wake",
         "_to_lost",
+        "_to_rejected",
     )
 
     def __init__(self, worker: Worker, first_ms: int) -> None:
@@ -74,6 +88,7 @@ class _LockManager:
         self.result: Any = None
         self._to_wake: list[Callable[[Any], None]] = [self._wake]
         self._to_lost: list[Callable[[Any], None]] = [self._lost]
+        self._to_rejected: list[Callable[[Any], None]] = [self._rejected]
         self.tick.after(0, [self._start], URGENT)
 
     def _start(self, _: Any) -> None:
@@ -121,6 +136,16 @@ class _LockManager:
         lost = worker._lost("renew")  # `Client.request("renew", op, retry=False)`, step by step
         if worker.outages and not lost:
             out_ms, back_ms = worker.route(worker._rtt_ms())
+            flush = worker.flush_at(now, now + out_ms + back_ms) if worker._max_retries is not None else None
+            if flush is not None:  # `Client.rejected`, step by step
+                if now + out_ms < flush:
+                    server.send_split("renew", op, out_ms, back_ms)
+                    self.result = REJECTED_RAN
+                else:
+                    server.requests["renew"] = server.requests.get("renew", 0) + 1
+                    self.result = REJECTED
+                self.tick.after(flush - now, self._to_rejected)
+                return
             reply = server.send_split("renew", op, out_ms, back_ms)
         else:
             reply = server.send("renew", op, worker._rtt_ms(), lost)
@@ -137,9 +162,15 @@ class _LockManager:
         self.result = reply._value
         self._carry_on(self._answered)
 
+    def _rejected(self, _: Any) -> None:
+        self._carry_on(self._answered)
+
     def _answered(self) -> None:
         failed, self.result = self.result, None
-        if failed is LOST:
+        if isinstance(failed, Rejected):  # BullMQ's extendLocks rejected: the jobs stay tracked
+            if not failed.ran:
+                self.server.renewal_lost(self.due, self.fired_at)
+        elif failed is LOST:
             self.server.renewal_lost(self.due, self.fired_at)
         else:
             tracked = self.worker.tracked
@@ -382,7 +413,9 @@ class Worker(Client):
                 reply = yield from self.request(
                     "finish", lambda now, a=attempt, t=nxt: server.finish_and_fetch(self, a, now, t)
                 )
-                if reply is not None and reply[1] is not None:
+                if isinstance(reply, Rejected):
+                    self._orphan(nxt)
+                elif reply is not None and reply[1] is not None:
                     fetched = (nxt, reply[2])
                 elif reply is not None:
                     self._orphan(nxt)
@@ -390,6 +423,13 @@ class Worker(Client):
                 reply = yield from self.request("finish", lambda now, a=attempt: server.finish(a, now))
             if reply is None:
                 return
+            if isinstance(reply, Rejected):  # MaxRetriesPerRequestError: BullMQ's handleFailed
+                alive, fetched = yield from self._fail(
+                    attempt, token, self._max_retries_error(), self.sim.scenario.attempts, reply.ran
+                )
+                if not alive:
+                    return
+                continue
             self._untrack(token, attempt.job, by_job)
             self.running.pop(token, None)
             self.started_ms.pop(token, None)
@@ -403,33 +443,50 @@ class Worker(Client):
             for other in [t for t, h in self.tracked.items() if h.job == job_id]:
                 del self.tracked[other]
 
-    def _fail(self, attempt: AttemptDraft, token: str, reason: str, attempts: int = 1) -> Proc:
+    def _max_retries_error(self) -> str:
+        return MAX_RETRIES_ERROR.format(n=self._max_retries)
+
+    def _fail(
+        self,
+        attempt: AttemptDraft,
+        token: str,
+        reason: str,
+        attempts: int = 1,
+        finish_ran: bool | None = None,
+    ) -> Proc:
         """moveToFinished(failed) for a job this worker holds, retried instead while the job's `attempts` are
         not used up (an unrecoverable failure passes 1). Returns (alive, fetched): alive is False if the
         worker died meanwhile; fetched is (token, Redis time) of the next job the failure took for this slot
-        (`fetch_next`; a retry fetches none), else None."""
+        (`fetch_next`; a retry fetches none), else None. `finish_ran` (not None): it follows a finish ioredis
+        rejected (BullMQ's handleFailed), True if that finish had run at Redis (then a refused move leaves
+        the attempt's record as the finish left it). If ioredis rejects this one too, the finish is given up:
+        the job stays active at Redis (`Server.finish_given_up`) and its lock lapses."""
         server = self.sim.server
         ran = self.ran_ms(token)
-        if ran is not None:  # a sandboxed child ran it until it exited: its execution ends here
+        if ran is not None and finish_ran is None:  # a sandboxed child ran it until it exited: it ends here
             self.sim.ledger.stopped(attempt, int(self.env.now), ran)
         fetched: tuple[str, int] | None = None
+
+        nxt = ""
         if self.sim.policy.fetch_next:
             self.takes += 1
             nxt = f"{self.wid}:{self.takes}"
-            reply = yield from self.request(
-                "finish",
-                lambda now, a=attempt, t=nxt: server.finish_and_fetch(self, a, now, t, reason, attempts),
-            )
-            if reply is not None and reply[1] is not None:
-                fetched = (nxt, reply[2])
-            elif reply is not None:
-                self._orphan(nxt)
-        else:
-            reply = yield from self.request(
-                "finish", lambda now, a=attempt: server.fail(a, now, reason, attempts)
-            )
+
+        def move(now: int) -> Any:
+            if nxt:
+                return server.finish_and_fetch(self, attempt, now, nxt, reason, attempts)
+            return server.fail(attempt, now, reason, attempts)
+
+        reply = yield from self.request("finish", server.resent(move) if finish_ran else move)
         if reply is None:
             return False, None
+        if isinstance(reply, Rejected):
+            if not reply.ran and not finish_ran:
+                server.finish_given_up(attempt, int(self.env.now), self._max_retries_error())
+        elif self.sim.policy.fetch_next and reply[1] is not None:
+            fetched = (nxt, reply[2])
+        if self.sim.policy.fetch_next and fetched is None:
+            self._orphan(nxt)
         renewal = self.sim.policy.renewal
         self._untrack(token, attempt.job, renewal is not None and renewal.track_by == "job")
         self.running.pop(token, None)
@@ -461,6 +518,9 @@ class Worker(Client):
             self.takes += 1
             token = f"{self.wid}:{self.takes}"
             got = yield from self.request("take", lambda now, t=token: server.move_to_active(self, t, now))
+            if isinstance(got, Rejected):  # BullMQ's fetch loop emits the error and fetches again
+                self._orphan(token)
+                continue
             if got is None and self.state == DEAD:
                 return None
             if got is not None and got is not LOST:
@@ -499,7 +559,10 @@ class Worker(Client):
                 failed = yield from self.request("renew", lambda t, d=due: server.renew(d, t), retry=False)
                 if failed is None:
                     return
-                if failed is LOST:
+                if isinstance(failed, Rejected):
+                    if not failed.ran:
+                        server.renewal_lost(due, now)
+                elif failed is LOST:
                     server.renewal_lost(due, now)
                 else:
                     for token in failed:
@@ -538,7 +601,10 @@ class Worker(Client):
             failed = yield from self.request("renew", lambda t, d=item: server.renew(d, t), retry=False)
             if failed is None:
                 return
-            if failed is LOST:
+            if isinstance(failed, Rejected):
+                if not failed.ran:
+                    server.renewal_lost(item, now)
+            elif failed is LOST:
                 server.renewal_lost(item, now)
             elif failed:
                 self.tracked.pop(token, None)

@@ -109,6 +109,9 @@ def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
         changes["attempts"] = args.attempts
     if get("resend_twice"):
         changes["network"] = replace(scenario.network, resend_twice=True)
+    if get("max_retries_per_request") is not None:
+        network = changes.get("network", scenario.network)
+        changes["network"] = replace(network, max_retries_per_request=args.max_retries_per_request)
     if faults != list(scenario.faults):
         changes["faults"] = tuple(faults)
     randoms: dict[str, Any] = {}

@@ -160,6 +160,13 @@ def add_fault_flags(p: argparse.ArgumentParser) -> None:
         help="a command whose reply an outage caught runs again when ioredis resends it",
     )
     g.add_argument(
+        "--max-retries-per-request",
+        type=whole(0),
+        metavar="N",
+        help="the workers' ioredis maxRetriesPerRequest: an outage rejects waiting commands at every "
+        "(N+1)-th reconnect attempt (default: null, they wait)",
+    )
+    g.add_argument(
         "--attempts",
         type=whole(1),
         metavar="N",

@@ -1,5 +1,6 @@
-"""`check_answers` in a student's kernel: a test cell's checks run in a fresh process that re-runs the saved
-answer cells (one process per cell, or one for several cells that forks at each), its verdict after a nonce."""
+"""`check_answers` in a student's kernel: a test cell's checks run in a process that re-runs the saved answer
+cells (a fresh one per cell, one for several cells that forks at each, or the kernel's checker session that runs
+each saved cell once and forks at each check), its verdict after a nonce."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import contextlib
 import io
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,9 +43,11 @@ class CheckResult:
 def check_answers(
     notebook: str, test_id: str, names: Sequence[str], checks: str, *, timeout: float = CHECK_TIMEOUT
 ) -> None:
-    """Run a test cell's `checks` (Python source) on the answers called `names`, in a fresh Python process that
-    re-runs the notebook's locked and answer cells from the saved file `notebook`. Raises AssertionError with
-    the first failed check; prints a confirmation otherwise. Under `python -m emqsim grade` the grader runs
+    """Run a test cell's `checks` (Python source) on the answers called `names`, in a process of its own that
+    re-runs the notebook's locked and answer cells from the saved file `notebook`: this kernel's checker session
+    (`_CheckerSessions`), which runs each saved cell once and forks at each check, so a check gives the verdict
+    a fresh process re-running the cells above it would give without re-running them. Raises AssertionError
+    with the first failed check; prints a confirmation otherwise. Under `python -m emqsim grade` the grader runs
     the same checks itself, outside this kernel, and this call only says so."""
     if os.environ.get(GRADING_ENV) == "external":
         print(f"{test_id}: checked by the grader, outside this kernel")
@@ -54,7 +59,7 @@ def check_answers(
         )
     for note in _unsaved_answers(path, test_id):
         print(note)
-    result = run_checks(path, test_id, names, checks, timeout=timeout)
+    result = _SESSIONS.check(path, test_id, names, checks, timeout=timeout)
     if not result.ok:
         raise AssertionError(result.message)
     print(result.message)
@@ -151,6 +156,248 @@ def run_checks(
     if verdicts:
         return CheckResult(bool(verdicts[-1]["ok"]), str(verdicts[-1]["message"]))
     return CheckResult(False, f"{test_id}: the checks stopped without a verdict (did an answer exit?){tail}")
+
+
+# -- the kernel's checker session: each saved cell run once, a fork per check ------------------------------------
+_END = "end"  # a session's last line for a request: nothing more comes for it
+_SESSION_GRACE = 5.0  # s a session has, past a request's time, to stop a hung check itself and say so
+_RESTART = "restart"  # the saved cells above the test cell are not the ones the session ran: start a new one
+
+
+class _CheckerSession:
+    """One `_session_main` process for one notebook file, in a session of its own: requests go to its stdin,
+    one JSON line each with a fresh nonce; its verdicts and end marks come back on its stdout after the nonce."""
+
+    def __init__(self, path: Path) -> None:
+        env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore"}
+        env.pop(GRADING_ENV, None)
+        self.err = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the session
+        self.proc = subprocess.Popen(
+            [sys.executable, "-P", "-c", "from emqsim.grading.checker import _session_main; _session_main()"],
+            cwd=path.parent,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.err,
+            env=env,
+            start_new_session=True,
+        )
+        self.pending = b""
+
+    def ask(self, request: dict[str, Any], timeout: float) -> tuple[list[dict[str, Any]], str, str]:
+        """Send `request`; (its verdicts, ": <last stderr line>" or "", how it ended: "end", "restart", "exit"
+        (the process is gone) or "timeout" (no end within `timeout` s))."""
+        nonce = os.urandom(16).hex()
+        self.err.seek(0, os.SEEK_END)
+        err_at = self.err.tell()
+        found: list[dict[str, Any]] = []
+        ended = "exit"
+        try:
+            self.proc.stdin.write((json.dumps({**request, "nonce": nonce}) + "\n").encode())  # type: ignore[union-attr]
+            self.proc.stdin.flush()  # type: ignore[union-attr]
+        except OSError:
+            return found, "", ended
+        out = self.proc.stdout.fileno()  # type: ignore[union-attr]
+        limit = time.monotonic() + timeout + _SESSION_GRACE  # a hung check is the session's to stop
+        while ended == "exit":
+            *lines, self.pending = self.pending.split(b"\n")
+            for raw in lines:
+                line = raw.decode(errors="replace")
+                if line.startswith(nonce):
+                    said = json.loads(line[len(nonce) :])
+                    if _END in said or _RESTART in said:
+                        ended = _RESTART if _RESTART in said else _END
+                        break
+                    found.append(said)
+            else:
+                left = limit - time.monotonic()
+                if left <= 0:
+                    ended = "timeout"
+                elif select.select([out], [], [], left)[0]:
+                    chunk = os.read(out, 65536)
+                    if not chunk:
+                        break  # the process is gone
+                    self.pending += chunk
+        self.err.seek(err_at)
+        errors = self.err.read().decode(errors="replace").strip().splitlines()
+        return found, (f": {_one_line(errors[-1])}" if errors else ""), ended
+
+    def close(self) -> None:
+        """Kill the session's whole process group."""
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()  # type: ignore[union-attr]
+        kill_group(self.proc, wait=10)
+        self.proc.stdout.close()  # type: ignore[union-attr]
+        self.err.close()
+
+
+class _CheckerSessions:
+    """This kernel's checker sessions, one per notebook file, started on the first check and killed when the
+    kernel exits (a session also ends by itself when this process is gone: its stdin closes). A session that
+    ran out of time, exited or ran other saved cells is replaced by a new one."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[Path, _CheckerSession] = {}
+        self.lock = threading.Lock()
+        self.closing = False
+
+    def check(
+        self,
+        path: Path | str,
+        test_id: str,
+        names: Sequence[str],
+        checks: str,
+        *,
+        timeout: float = CHECK_TIMEOUT,
+    ) -> CheckResult:
+        """`run_checks`'s verdict, from the session of the notebook file `path`."""
+        path = Path(path).resolve()
+        request = {
+            "notebook": str(path),
+            "test_id": test_id,
+            "names": list(names),
+            "checks": checks,
+            "timeout": timeout,
+        }
+        with self.lock:
+            for _ in range(2):  # a second time only after a restart, in a new session
+                session = self.sessions.get(path)
+                if session is None:
+                    if not self.closing:
+                        import atexit
+
+                        atexit.register(self.close_all)
+                        self.closing = True
+                    session = self.sessions[path] = _CheckerSession(path)
+                verdicts, tail, ended = session.ask(request, timeout)
+                if ended != _END:
+                    self.sessions.pop(path).close()
+                if ended != _RESTART:
+                    break
+        if ended == "timeout":
+            return CheckResult(False, f"{test_id}: the checks did not finish within {timeout:g} s")
+        if verdicts:
+            return CheckResult(bool(verdicts[-1]["ok"]), str(verdicts[-1]["message"]))
+        return CheckResult(
+            False, f"{test_id}: the checks stopped without a verdict (did an answer exit?){tail}"
+        )
+
+    def close_all(self) -> None:
+        """Kill every session (at the kernel's exit)."""
+        with self.lock:
+            while self.sessions:
+                self.sessions.popitem()[1].close()
+
+
+_SESSIONS = _CheckerSessions()
+
+
+def _session_main() -> None:
+    """A checker session's process: for each request on stdin, run the saved locked and answer cells above the
+    test cell that it has not run yet (in one namespace, in order, each cell once), then fork a child that does
+    what `_check_main` does once those cells have run, and print its verdict and an end mark after the request's
+    nonce. If the saved cells above the test cell are not, as a prefix, the ones it already ran (the student
+    edited one, or checks a cell above the last one checked), it says so and exits: the kernel starts a new
+    session. Everything a verdict rests on is taken before any answer runs, as in `_checks_in_order_main`."""
+    import warnings
+
+    from emqsim.grading.checks import CONTEXT
+
+    requests = os.fdopen(os.dup(0), "rb", buffering=0)
+    verdict_fd = os.dup(1)
+    sink = open(os.devnull, "r+")  # noqa: SIM115 - the answers' own input and output: nowhere
+    os.dup2(sink.fileno(), 0)
+    os.dup2(sink.fileno(), 1)
+    sys.stdin = sys.stdout = sink
+    write, dumps, loads, readline = os.write, json.dumps, json.loads, requests.readline
+    leave, fork, waitpid, kill = os._exit, os.fork, os.waitpid, os.kill
+    monotonic, sleep, nohang, sigkill = time.monotonic, time.sleep, os.WNOHANG, signal.SIGKILL
+    tools = _check_tools()
+    context_before = list(CONTEXT.items())
+    snap: dict[tuple[str, str], Any] | None = None
+    namespace: dict[str, Any] = {"__name__": "__main__", "get_ipython": _NoShell}
+    ran: list[tuple[str, str]] = []  # (label, source) of every cell run, in order
+    answers: dict[str, str] = {}
+    raised: tuple[str, BaseException] | None = None  # the first locked or answer cell that raised
+    warnings.simplefilter("ignore")
+    while True:
+        line = readline()
+        if not line:
+            leave(0)
+        request = loads(line)
+        limit = monotonic() + float(request["timeout"])  # the cells this request runs and its checks
+        nonce = request["nonce"]
+
+        def say(verdict: dict[str, Any], nonce: str = nonce) -> None:
+            write(verdict_fd, (nonce + dumps(verdict) + "\n").encode())
+
+        test_id = request["test_id"]
+        try:
+            cells = _cells_before(_read(request["notebook"]), test_id)
+            if snap is None:
+                snap = _snapshot()
+        except Exception as exc:
+            say(
+                {
+                    "ok": False,
+                    "message": _one_line(
+                        f"{test_id}: cannot prepare the checks: {type(exc).__name__}: {exc}", 300
+                    ),
+                }
+            )
+            say({_END: True})
+            continue
+        if [(label, source) for label, source, _ in cells[: len(ran)]] != ran:
+            say({_RESTART: True})
+            leave(0)
+        for label, source, answer in cells[len(ran) :]:
+            if raised is not None:
+                break
+            ran.append((label, source))
+            if answer:
+                answers[label] = source
+            try:
+                exec(compile(_as_python(source), f"<{label}>", "exec"), namespace)
+            except BaseException as exc:  # SystemExit too: an answer may not end the checks
+                raised = (label, exc)
+        if raised is not None:
+            label, error = raised
+            say(
+                {
+                    "ok": False,
+                    "message": _one_line(f"{test_id}: {label} raises {type(error).__name__}: {error}", 300),
+                }
+            )
+            say({_END: True})
+            continue
+        pid = fork()
+        if pid == 0:  # the child: its verdict, then out (never back into this loop)
+            try:
+                expected = tools.show_answers(snap, CONTEXT, context_before, answers)
+                tools.child(
+                    request,
+                    namespace,
+                    expected,
+                    lambda ok, message: say({"ok": ok, "message": message}),
+                    tools,
+                )
+            finally:
+                leave(0)
+        while waitpid(pid, nohang) == (0, 0):
+            if monotonic() > limit:
+                kill(pid, sigkill)
+                waitpid(pid, 0)
+                say(
+                    {
+                        "ok": False,
+                        "message": f"{test_id}: the checks did not finish within {request['timeout']:g} s",
+                    }
+                )
+                break
+            sleep(0.002)
+        say({_END: True})
+
+
+_GONE = object()
 
 
 class _NoShell:
@@ -259,6 +506,10 @@ def _checks_in_order_main() -> None:
         say({"test_id": test_id, "ok": ok, "message": message})
 
     todo = {t["test_id"]: t for t in request["tests"]}
+    from emqsim.grading.checks import CONTEXT
+
+    context_before = list(CONTEXT.items())
+    answers: dict[str, str] = {}  # the answer cells run so far, as the checks' CONTEXT shows them
     try:
         nb = _read(request["notebook"])
         snap = _snapshot()
@@ -287,7 +538,8 @@ def _checks_in_order_main() -> None:
                         emit(name, ok, message)
 
                     try:
-                        tools.child(test, namespace, snap, verdict, tools)
+                        expected = tools.show_answers(snap, CONTEXT, context_before, answers)
+                        tools.child(test, namespace, expected, verdict, tools)
                     finally:
                         leave(0)
                 limit = monotonic() + timeout
@@ -305,6 +557,8 @@ def _checks_in_order_main() -> None:
             continue
         if is_solution(cell) or is_locked(cell):
             label = f"cell {test_id or index}"
+            if is_solution(cell):
+                answers[label] = cell.source
             try:
                 exec(compile(_as_python(cell.source), f"<{label}>", "exec"), namespace)
             except BaseException as exc:  # SystemExit too: an answer may not end the checks
@@ -326,14 +580,37 @@ class _CheckTools:
     redirect_stdout: Callable[[Any], Any]
     extract_tb: Callable[[Any], Any]
     child: Callable[..., None]
+    show_answers: Callable[..., dict[tuple[str, str], Any]]
 
 
 def _check_tools() -> _CheckTools:
     import traceback
 
     return _CheckTools(
-        _changed, _one_line, io.StringIO, contextlib.redirect_stdout, traceback.extract_tb, _checks_child
+        _changed,
+        _one_line,
+        io.StringIO,
+        contextlib.redirect_stdout,
+        traceback.extract_tb,
+        _checks_child,
+        _show_answers,
     )
+
+
+def _show_answers(
+    snap: dict[tuple[str, str], Any],
+    context: dict[str, Any],
+    before: list[tuple[str, Any]],
+    answers: dict[str, str],
+) -> dict[tuple[str, str], Any]:
+    """In a check's child of a process that took its snapshot before the answer cells ran: put the answer cells
+    above the test cell in the checks' `context` (what `_check_main` does before its snapshot) and return the
+    snapshot with them in it; if the answers changed `context` (`before`: its items then), leave both as they
+    are, so the guard reports the change."""
+    if len(context) != len(before) or any(context.get(key, _GONE) is not value for key, value in before):
+        return snap
+    context["answers"] = dict(answers)
+    return {**snap, ("emqsim.grading.checks.CONTEXT", "*items*"): list(context.items())}
 
 
 def _checks_child(

@@ -140,6 +140,11 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
         in_flight = in_flight_warning(scenario.network, self.scale)
         if in_flight is not None:
             warnings.warn(in_flight, LiveWarning, stacklevel=3)
+        if scenario.network.max_retries_per_request is not None:
+            raise ConfigError(
+                "live mode cannot reproduce Network(max_retries_per_request): its workers' clients hold every "
+                "request through an outage (null); run max-retries-outage in the simulator only"
+            )
         # Connection outages: each worker's windows come from the simulator's own function and streams.
         self.outage_spans = outage_spans(scenario.faults)
         # Redis restarts: the parent really stops its private redis-server and starts it again on its data.

@@ -24,6 +24,9 @@ from emqsim.summaries import simulate_summary
 GOLDEN = Path(__file__).with_name("results.json")
 REPLICATIONS = (0, 1)
 SEED = 11
+# Standard scenarios added under the current RESULTS_SCHEMA without a new corpus (the corpus of a schema is
+# fixed): each is pinned by its own tests until the next schema bump records it here too.
+NOT_YET_IN_CORPUS = frozenset({"max-retries-outage"})  # tests/test_max_retries.py
 
 
 def corpus_policies() -> dict[str, Any]:
@@ -42,7 +45,7 @@ def corpus_policies() -> dict[str, Any]:
 def corpus_digests() -> dict[str, str]:
     """`Run.digest()` for every standard scenario x policy x replication (small scenarios, a few seconds)."""
     out: dict[str, str] = {}
-    for scenario_name in sorted(STANDARD):
+    for scenario_name in sorted(set(STANDARD) - NOT_YET_IN_CORPUS):
         knobs = {"jobs": 60, "workers": 4} if scenario_name == "production" else {}
         if scenario_name in ("memory-pressure", "failover"):  # every cache write / READONLY retry is a step
             knobs = {"jobs": 4, "horizon": 300.0}

@@ -16,12 +16,17 @@
 // With --retry-limit N the Worker's connection is a user-supplied one whose ioredis `retryStrategy` gives up
 // (returns null) after N reconnect attempts, BullMQ's backoff before that: 0 never reconnects after a close
 // (tests/test_bullmq_real_stuck.py). Without it BullMQ's default retry strategy reconnects for ever.
+// With --max-retries-per-request N (or null) the Worker gets a user-supplied IORedis instance with that
+// maxRetriesPerRequest and BullMQ's own retry strategy (a BullMQ 6.7 Worker accepts 0 or null only: its
+// blocking connection duplicates the instance and refuses any other value); each reconnect attempt is
+// announced with {"ev":"retry"} (tests/test_bullmq_real_maxretries.py).
 // Every event is one JSON line on stdout with t = Date.now().
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Queue, Worker } from 'bullmq';
+import { Redis } from 'ioredis';
 
 const { values: args } = parseArgs({
   options: {
@@ -32,6 +37,7 @@ const { values: args } = parseArgs({
     sandbox: { type: 'boolean', default: false },
     attempts: { type: 'string', default: '1' },
     'retry-limit': { type: 'string' },
+    'max-retries-per-request': { type: 'string' },
     'lock-duration': { type: 'string', default: '2000' },
     'stalled-interval': { type: 'string', default: '2000' },
   },
@@ -50,6 +56,19 @@ if (args['retry-limit'] !== undefined) {
     return delay;
   };
 }
+const instanceRetries = args['max-retries-per-request'];
+const workerConnection =
+  instanceRetries === undefined
+    ? connection
+    : new Redis({
+        ...connection,
+        maxRetriesPerRequest: instanceRetries === 'null' ? null : Number(instanceRetries),
+        retryStrategy: times => {
+          const delay = Math.max(Math.min(Math.exp(times), 20000), 1000);
+          emit('retry', { times, delay });
+          return delay;
+        },
+      });
 const queueName = args.queue;
 const jobs = JSON.parse(args.jobs);
 
@@ -77,7 +96,7 @@ const processor = args.sandbox
       return 'ok';
     };
 const worker = new Worker(queueName, processor, {
-  connection,
+  connection: workerConnection,
   concurrency: 1,
   lockDuration: Number(args['lock-duration']),
   stalledInterval: Number(args['stalled-interval']),
