@@ -138,15 +138,20 @@ class Client:
         """With `Network.resend_twice`: ms from now until the resent copy of a request sent now reaches Redis,
         if a drop catches its reply after the request ran at Redis (ioredis resends it at the reconnect);
         None if its reply is not caught. Call right after `route`, with the same round trip."""
-        now = int(self.env.now)
+        return self.resent_at(int(self.env.now), rtt_ms, self.outages)
+
+    @staticmethod
+    def resent_at(now: int, rtt_ms: int, outages: list[tuple[int, int, int]]) -> int | None:
+        """`resent_after` for a request sent at `now` past `outages` (the live mode asks it which of its
+        requests a drop catches); changes nothing."""
         out_ms = rtt_ms // 2
         sent = now
-        for start, _, back in self.outages:
+        for start, _, back in outages:
             if start <= sent < back or sent < start <= sent + out_ms:
                 sent = back
         arrive = sent + out_ms
         read = arrive + rtt_ms - out_ms
-        for start, _, back in self.outages:
+        for start, _, back in outages:
             if arrive < start <= read or start <= arrive < back:
                 return back + out_ms - now
         return None

@@ -274,3 +274,190 @@ def test_the_bullmq_preset_runs_live_and_a_lazily_failed_job_fails_at_its_next_t
         assert None not in (third.failed_at, second.reclaimed_at, first.finish_applied_at)
         # taken (and failed) as soon as a worker is free: at the reclaim, or when the first attempt's worker ends
         assert third.failed_at - max(second.reclaimed_at, first.finish_applied_at) <= MARGIN
+
+
+# -- a resent command that runs twice (Network(resend_twice=True)) ---------------------------------------------
+def resent_finish_live(resend_twice: bool) -> Scenario:
+    """`resent-finish` (2 workers, the `bullmq` preset's fetchNext, a drop catching the reply of worker 0's
+    finish) timed so that real time can hit it: the standard one's reply is in flight for 1 ms (half its 2 ms
+    round trip), and a live worker's finish leaves several ms real late. Here the round trip is 0.2 s and worker
+    0's finish is held by a blocked event loop until 2.6 s in both modes (its job's work ends inside the block,
+    at 2.4 s simulated, ~2.0 s live, where round trips cost nothing): the drop at 2.77 s catches a reply sent in
+    [2.57, 2.67) s, 35 ms real after 2.6 s at time_scale 0.5. Four 2 s jobs: worker 1 finishes first and its
+    fetchNext takes job 2; worker 0's finish takes job 3."""
+    from dataclasses import replace
+
+    from emqsim import Block, Network, standard
+    from emqsim.faults import Outage
+
+    base = standard("resent-finish", resend_twice=resend_twice, jobs=4, duration=2.0)
+    return replace(
+        base,
+        network=Network(rtt=Fixed(0.2), resend_twice=resend_twice),
+        faults=(Block(worker=0, at=1.6, duration=1.0), Outage(at=2.77, duration=1.0, worker=0)),
+        horizon=60,
+    )
+
+
+def test_a_live_resent_finish_runs_twice_and_orphans_the_job_its_first_run_took(
+    need_redis, steady_live, monkeypatch
+) -> None:
+    """`Network(resend_twice=True)` live: by the simulator's rule the drop at 2.77 s catches the reply of the
+    finish worker 0 sends at 2.6 s, so the worker sends it to the real redis-server (it completes the job and
+    its fetchNext locks job 3 to the worker), throws the reply away, and at the reconnect plus half a round
+    trip (3.87 s, the simulator's resent copy) sends the same command again: Redis refuses it ("Missing lock",
+    code -2) and fetches nothing, so job 3 stays active, locked to a live worker that never starts it, until
+    its lock lapses and a sweep moves it back; it then completes. The simulator's attempts and outcomes, its
+    finish count (the copy is one more), the orphan's reclaim within lease + two scans of its take;
+    `resend_twice=False` live matches the simulator too (the finish runs once, nothing is orphaned)."""
+    import emqsim.live.runner as runner_module
+    from emqsim.presets import preset
+
+    events: list[dict] = []
+    clock = []
+    build = runner_module.build_run
+
+    def spy(facts, *args, **kwargs):  # the workers' reports, for the resent copy's reply
+        events[:] = list(facts.events)
+        clock[:] = [facts.sim_s]
+        return build(facts, *args, **kwargs)
+
+    monkeypatch.setattr(runner_module, "build_run", spy)
+    policy = preset("bullmq", lease=2.0, scan=1.0)
+    scale, margin = 0.5, 0.15 / 0.5
+    twice, once = resent_finish_live(True), resent_finish_live(False)
+    live = steady_live(twice, policy, time_scale=scale, seed=0)
+    resent = [e for e in events if e["e"] == "resent"]
+    sim_s = clock[0]
+    live_once = steady_live(once, policy, time_scale=scale, seed=0)
+    sim, sim_once = simulate(twice, policy, seed=0), simulate(once, policy, seed=0)
+    assert (
+        outcomes(live)
+        == outcomes(sim)
+        == [
+            ("0", 1, "completed", None),
+            ("1", 1, "completed", None),
+            ("2", 1, "completed", None),
+            ("3", 1, "reclaimed", "alive"),
+            ("3", 2, "completed", None),
+        ]
+    )
+    assert live.final_state == sim.final_state == {"wait": 0, "active": 0, "completed": 4, "failed": 0}
+    assert live.requests["finish"] == sim.requests["finish"] == sim_once.requests["finish"] + 1 == 5
+    # the copy: one, of worker 0's finish, refused with Missing lock at the simulator's resend time
+    assert [(e["kind"], e["w"], e["code"]) for e in resent] == [("finish", 0, -2)]
+    assert abs(sim_s(resent[0]["t"]) - 3.87) <= margin
+    for run in (live, sim):
+        first = next(a for a in run.attempts if a.worker == 0 and a.finish_result == "accepted")
+        orphan = next(a for a in run.attempts if a.job == "3" and a.attempt == 1)
+        assert (
+            orphan.worker == 0 and orphan.started_at is None
+        )  # taken by the finish's first run, never started
+        assert abs(orphan.taken_at - first.finish_applied_at) <= 0.001  # in the same script
+        latency = orphan.reclaimed_at - orphan.taken_at
+        assert 2.0 - margin <= latency <= 2.0 + 2 * 1.0 + margin, latency  # lease, then the two-phase sweep
+    orphans = [next(a for a in r.attempts if a.job == "3") for r in (live, sim)]
+    assert abs(orphans[0].reclaimed_at - orphans[1].reclaimed_at) <= margin + 2 * 1.0
+    assert outcomes(live_once) == outcomes(sim_once) == [(str(j), 1, "completed", None) for j in range(4)]
+    assert live_once.requests["finish"] == sim_once.requests["finish"] == 4
+
+
+def test_the_live_catch_windows_are_the_simulators_rule() -> None:
+    """`catch_windows` asks `Client.resent_at` (the simulator's own rule, not a copy): a send time is in a
+    window, with the copy's time, exactly when the simulator says a drop catches its reply; at every ms a live
+    worker sends (not inside an outage, where it queues, except at a reconnect, where the queue goes)."""
+    from emqsim.client import Client
+    from emqsim.live.resend import catch_windows
+
+    for windows in ([(1000, 1500, 2000), (2050, 2100, 3000), (3150, 3200, 4000)], [(20006, 21006, 21006)]):
+        backs = {back for _, _, back in windows}
+        for rtt in (1, 2, 7, 200):
+            spans = catch_windows(windows, rtt)
+            for now in range(0, windows[-1][2] + 10):
+                if any(a <= now < b for a, _, b in windows) and now not in backs:
+                    continue
+                after = Client.resent_at(now, rtt, windows)
+                got = [again for lo, hi, again in spans if lo <= now < hi]
+                assert got == ([] if after is None else [now + after]), (windows, rtt, now)
+            assert spans, (windows, rtt)  # each case catches something
+
+
+def test_a_live_worker_sends_a_caught_request_twice_with_the_same_arguments() -> None:
+    """`Resending.deliver`, without Redis: a request of a kind the simulator resends, sent inside a catch
+    window, is sent, its reply kept aside (`first`), and sent again with the same arguments at the copy's time;
+    the copy's reply is the answer. Another kind, or a send outside the windows, goes once."""
+    import threading
+    import time
+
+    from emqsim.live.worker import LiveWorker
+
+    w = LiveWorker.__new__(LiveWorker)
+    w.stopping = threading.Event()
+    w.outages, w.held, w.switches, w.loss = [], [], [], 0.0
+    now = time.time()
+    w.resend = [(now - 1.0, now + 5.0, now + 0.2)]
+    w.resend_kinds = {"finish", "renew"}
+    sent: list[tuple[float, float]] = []
+
+    def command(t: float) -> int:
+        sent.append((t, time.time()))
+        return len(sent)
+
+    first: list = []
+    t, reply = w.request("finish", command, first=first)
+    assert len(sent) == 2 and sent[0][0] == sent[1][0]  # the same command: the same `now` argument
+    assert sent[1][1] >= now + 0.2 and t >= now + 0.2  # sent again when the simulator's copy reaches Redis
+    assert first == [(sent[0][0], 1)] and reply == 2
+    sent.clear()
+    assert w.request("sweep", command)[1] == 1 and len(sent) == 1  # not a kind the simulator resends
+    w.resend = [(now + 60, now + 61, now + 62)]
+    assert w.request("finish", command)[1] == 2 and len(sent) == 2  # outside the windows: once
+
+
+def test_a_live_resent_take_runs_twice_and_orphans_the_job_its_first_run_took(
+    need_redis, steady_live
+) -> None:
+    """A take (moveToActive, after a wake-up) whose reply a drop catches, live and simulated: worker 0's event
+    loop is blocked from 0.1 s to 2.0 s while jobs 0 and 1 arrive (seed 27: 0.50 and 0.95 s; worker 1 takes
+    job 0), so its take of job 1 leaves at 2.0 s in both modes, and the drop at 2.17 s (round trip 0.2 s)
+    catches its reply: the take ran (job 1 locked to worker 0, never started), and its copy at the reconnect
+    finds `wait` empty. Job 1's lock lapses and a sweep moves it back; it completes on its second attempt. The
+    simulator's attempts and outcomes, the orphan's take and reclaim times (`resend_twice=False` is the finish
+    test's, above). (The simulator's run goes on to its horizon: its orphaned take is never counted as
+    stopped, emqsim/worker.py `_take_after_wakeup`; so no end time is compared.)"""
+    from emqsim import Block, Network
+    from emqsim.faults import Outage
+
+    def scenario(resend_twice: bool) -> Scenario:
+        return Scenario(
+            name="resent-take",
+            workers=2,
+            jobs=3,
+            arrival_rate=1.0,
+            duration=Fixed(4.0),
+            faults=(Block(worker=0, at=0.1, duration=1.9), Outage(at=2.17, duration=1.0, worker=0)),
+            network=Network(rtt=Fixed(0.2), resend_twice=resend_twice),
+            horizon=60,
+        )
+
+    policy = LeasePolicy(lease=2.0, beat=0.5, scan=1.0, take_mode="after-wakeup")
+    scale, margin = 0.5, 0.15 / 0.5
+    live = steady_live(scenario(True), policy, time_scale=scale, seed=27)
+    sim = simulate(scenario(True), policy, seed=27)
+    assert (
+        outcomes(live)
+        == outcomes(sim)
+        == [
+            ("0", 1, "completed", None),
+            ("1", 1, "reclaimed", "alive"),
+            ("1", 2, "completed", None),
+            ("2", 1, "completed", None),
+        ]
+    )
+    assert live.final_state == sim.final_state == {"wait": 0, "active": 0, "completed": 3, "failed": 0}
+    orphans = [next(a for a in r.attempts if a.job == "1" and a.attempt == 1) for r in (live, sim)]
+    for orphan in orphans:
+        assert orphan.worker == 0 and orphan.started_at is None
+    # taken when it reached Redis: live at once, simulated half the 0.2 s round trip after the send at 2.0 s
+    assert abs(orphans[0].taken_at - (orphans[1].taken_at - 0.1)) <= margin
+    assert abs(orphans[0].reclaimed_at - orphans[1].reclaimed_at) <= margin + 0.1 + 1.0  # the sweeps' phases

@@ -24,6 +24,7 @@ from emqsim.keys import QueueKeys
 from emqsim.live.lua import key_names
 from emqsim.live.partition import Partitions
 from emqsim.live.records import Proc
+from emqsim.live.resend import resent_kinds
 from emqsim.live.server import PrivateRedis
 from emqsim.live.settings import LiveSettings
 from emqsim.policies import ReclaimPolicy
@@ -127,6 +128,7 @@ class ChildProcesses:
             "poll_s": self.poll,
             "chunk_s": min(0.02, max(0.002, 0.25 * (live.renewal or {}).get("tick_ms", 80) / 1000)),
             "slack_s": 0.005,
+            "resend_kinds": resent_kinds(self.policy) if network.resend_twice else [],
             "network": {
                 "loss": network.loss,
                 "loss_on": network.loss_on,
@@ -185,6 +187,7 @@ class ChildProcesses:
             "switches": self.switch_times,  # a failover's clients moved off the demoted primary
             "redis": url,  # the worker's own address (a partition's proxy), if not the run's
             "held": proc.held,  # its partitions: what it sends meanwhile reaches Redis at their end
+            "resend": proc.resend,  # Network(resend_twice): what it sends then runs twice (emqsim.live.resend)
         }
         self.send(proc, "go " + json.dumps(go))
         if proc.role == "worker":
@@ -294,7 +297,9 @@ class ChildProcesses:
             self.children[ev["token"]] = int(ev["pid"])
             return
         self.events.append(ev)
-        if kind == "take":
+        if kind == "take" and ev.get("orphan"):  # run twice, the first run's job never reaches the worker
+            pass  # (resend_twice): not executing, never started; a sweep moves it back
+        elif kind == "take":
             assert proc.wid is not None  # workers take; the reaper does not
             self.executing[ev["token"]] = proc.wid
             if ev["job"] not in self.first_taken:

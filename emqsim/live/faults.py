@@ -161,7 +161,11 @@ class FaultInjection:
                 lock = x.get(self.keys.lock(ev["job"])) if self.live.fenced else None
                 if lock != ev["token"] and x.sismember(self.keys.completed, ev["job"]):
                     self.on_event(proc, {**ev, "e": "finished", "r": died, "code": 0, "active": 1})
-        known = {ev["job"] for ev in self.events if ev["e"] == "take" and ev["token"] in self.executing}
+        known = {
+            ev["job"]
+            for ev in self.events
+            if ev["e"] == "take" and (ev["token"] in self.executing or ev.get("orphan"))
+        }
         for job in x.lrange(self.keys.active, 0, -1):
             if job in known:
                 continue

@@ -40,6 +40,7 @@ class Proc:
     started: bool = False
     outages: list[tuple[float, float]] = field(default_factory=list)  # (disconnected, reconnected), real
     held: list[tuple[float, float]] = field(default_factory=list)  # a partition's proxy holding, real
+    resend: list[tuple[float, float, float]] = field(default_factory=list)  # runs twice (live.resend), real
 
     def state_at(self, t: float) -> str:
         """Its state at real time `t`: as the simulator's `Worker.state_at`, an alive worker whose connection
@@ -197,7 +198,7 @@ def build_run(self: RunFacts, end: float, ended_by: str) -> Run:
     kinds = {"take": "take", "finishing": "finish", "failing": "finish", "renew": "renew", "sweep": "sweep"}
     counts = {"poll": sum(p.counts.get("poll", 0) for p in procs.values())}
     for ev in self.events:
-        kind = kinds.get(ev["e"])
+        kind = ev["kind"] if ev["e"] == "resent" else kinds.get(ev["e"])  # a finish's resent copy counts too
         if ev.get("fetched"):  # a take by a finish's fetchNext: in the finish's round trip, as the simulator
             continue
         if kind is not None and ev not in self.synthetic_takes:

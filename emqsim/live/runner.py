@@ -56,6 +56,7 @@ from emqsim.live.failover import Failover, check_failover, failovers_of
 from emqsim.live.faults import FaultInjection, memory_pressure
 from emqsim.live.partition import Partitions, check_partitions
 from emqsim.live.records import Proc, build_run
+from emqsim.live.resend import catch_windows, check_resend, in_flight_warning, rtt_ms
 from emqsim.live.scripts import LuaQueue
 from emqsim.live.server import (
     PrivateRedis,
@@ -135,11 +136,10 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
                 "live mode fails over runs swept by the workers; a policy with a separate reaper (whose "
                 "connection would stay on the demoted primary) fails over in the simulator only"
             )
-        if scenario.network.resend_twice:
-            raise ConfigError(
-                "live mode cannot reproduce Network(resend_twice): on its unix socket a reply is never caught "
-                "in flight, so no command runs twice; run the resent-finish scenario in the simulator only"
-            )
+        check_resend(scenario.network, scenario.faults)  # a resent command runs twice (emqsim.live.resend)
+        in_flight = in_flight_warning(scenario.network, self.scale)
+        if in_flight is not None:
+            warnings.warn(in_flight, LiveWarning, stacklevel=3)
         if scenario.network.max_retries_per_request is not None:
             raise ConfigError(
                 "live mode cannot reproduce Network(max_retries_per_request): its workers' clients hold every "
@@ -267,6 +267,11 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
             self.connection_event(proc, wid, up, "network_up", f"reconnect in {wait:g} s")
             self.connection_event(proc, wid, back, "reconnect", "resending queued commands")
         proc.outages = seen
+        if self.scenario.network.resend_twice:  # the requests a drop catches run twice (emqsim.live.resend)
+            to_real = self.real_window
+            proc.resend = [
+                to_real((a, b, c)) for a, b, c in catch_windows(windows, rtt_ms(self.scenario.network))
+            ]
         return real
 
     def connection_event(self, proc: Proc, wid: int, when: float, kind: str, detail: str) -> None:

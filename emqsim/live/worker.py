@@ -31,7 +31,9 @@ as ioredis resends unanswered commands. The polls standing for a parked take ope
 model that take is still parked at Redis). While the parent restarts Redis (windows marked `down`) every
 connection is closed by the shutdown, the parked take is dropped with it and resent at the reconnect like
 every other request, and a request that meets the server still starting is tried again every 5 ms, as
-ioredis keeps reconnecting.
+ioredis keeps reconnecting. With `Network(resend_twice)` a request sent where the simulator's rule says a drop
+catches its reply runs twice: its reply is thrown away and the same command sent again when ioredis would
+resend it (`Resending`, emqsim/live/replies.py).
 """
 
 from __future__ import annotations
@@ -40,7 +42,6 @@ import importlib.util
 import json
 import os
 import random
-import subprocess
 import sys
 import threading
 import time
@@ -52,18 +53,29 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+
+def _sibling(name: str) -> Any:
+    """A sibling module (standard library only) loaded from its file, without importing the emqsim package."""
+    spec = importlib.util.spec_from_file_location(
+        f"emqsim_live_{name}", Path(__file__).with_name(f"{name}.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 if __package__:
     from .lua import RawScripts
-else:  # run as a file: load the sibling module without importing the emqsim package
-    _spec = importlib.util.spec_from_file_location("emqsim_live_lua", Path(__file__).with_name("lua.py"))
-    assert _spec is not None and _spec.loader is not None
-    _lua = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(_lua)
-    RawScripts = _lua.RawScripts  # type: ignore[misc]  # the same class, loaded from its file
+    from .replies import LOST, READONLY, READONLY_CODE, Resending, redis_refusal
+    from .sandbox import Sandbox
+else:  # run as a file: the same classes, loaded from their files
+    RawScripts = _sibling("lua").RawScripts  # type: ignore[misc]
+    _r = _sibling("replies")
+    LOST, READONLY, READONLY_CODE = _r.LOST, _r.READONLY, _r.READONLY_CODE
+    Resending, redis_refusal = _r.Resending, _r.redis_refusal  # type: ignore[misc]
+    Sandbox = _sibling("sandbox").Sandbox  # type: ignore[misc]
 
-LOST = object()  # a request dropped by the emulated network
-READONLY = object()  # a write refused by a demoted primary (Redis's READONLY error)
-READONLY_CODE = -100  # emqsim.protocol.READONLY: a finish refused with READONLY
 # Real seconds a Redis call may wait for a reply; as emqsim.live.server.SOCKET_TIMEOUT (no emqsim import here).
 SOCKET_TIMEOUT = 5.0
 
@@ -83,40 +95,7 @@ class Tracked:
         self.ts = ts
 
 
-class Sandbox:
-    """A sandboxed processor's child process for one job (BullMQ's `sandbox.js`): a real process started with
-    the job (`sleep`, standing for the processor; the worker thread still times the job's work, so a freeze
-    of the worker's process group stops both) and ended when the job's work is done. The worker reports its
-    pid (`child`), so that the parent can kill it (a `ChildCrash`); a thread waits for its exit."""
-
-    def __init__(self, worker: LiveWorker, job: str, token: str) -> None:
-        self.worker, self.job, self.token = worker, job, token
-        self.exited = threading.Event()
-        self.proc = subprocess.Popen(
-            ["sleep", "86400"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        worker.emit("child", job=job, token=token, pid=self.proc.pid)
-        threading.Thread(target=self._wait, daemon=True).start()
-
-    def _wait(self) -> None:
-        self.proc.wait()
-        self.exited.set()
-
-    def died(self, worked: float) -> bool:
-        """Whether the child exited before the job's work was done (reported as `child_exit`, with the real
-        seconds of work done); otherwise it is ended now, its job done."""
-        if self.exited.is_set():
-            self.worker.emit(
-                "child_exit", job=self.job, token=self.token, t=time.time(), worked=worked,
-                code=self.proc.returncode,
-            )  # fmt: skip
-            return True
-        self.proc.kill()
-        self.proc.wait()
-        return False
-
-
-class LiveWorker:
+class LiveWorker(Resending):
     """One process: its settings, its Redis connection pool, its threads."""
 
     def __init__(self, cfg: dict[str, Any]) -> None:
@@ -148,6 +127,9 @@ class LiveWorker:
         self.outages: list[tuple[float, float, bool]] = []
         # real (from, until) in which a silent partition's proxy holds this worker's connections (`go`)
         self.held: list[tuple[float, float]] = []
+        # real (from, until, copy sent at): requests of `resend_kinds` sent then run twice (`deliver`, `go`)
+        self.resend: list[tuple[float, float, float]] = []
+        self.resend_kinds = set(cfg.get("resend_kinds") or ())
         # real (from, until) around a failover whose clients stay on the demoted primary (`go`): a closed
         # connection is reopened (the demotion, then the move to the new primary close them)
         self.switches: list[tuple[float, float]] = []
@@ -198,13 +180,19 @@ class LiveWorker:
             return self.rng.random() < self.loss
 
     def request(
-        self, kind: str, fn: Any, retry: bool = True, offline: bool = True, issued: Any = None
+        self,
+        kind: str,
+        fn: Any,
+        retry: bool = True,
+        offline: bool = True,
+        issued: Any = None,
+        first: Any = None,
     ) -> tuple[float, Any]:
         """One round trip: `fn(t)` sent at real time `t` -> (t, reply). An emulated lost request costs
         `command_timeout` and is retried unless `retry` is False (renewals), in which case LOST comes back.
         A request sent while the connection is down waits in the offline queue (`offline=False`: a poll of
         a take that is parked at Redis, which an outage does not hold back). `issued()`, if given, is called
-        once the request is on its way for good: lost, queued offline, or answered."""
+        once the request is on its way for good: lost, queued offline, or answered. `first`: see `deliver`."""
         while True:
             if self.lost(kind):
                 if kind != "poll":
@@ -216,12 +204,9 @@ class LiveWorker:
                     return time.time(), LOST
                 continue
             if offline or self.redis_down_at(time.time()):
-                t, reply = self.send(fn, issued)
+                t, reply = self.send(fn, issued, kind, first)
                 return self.reached(t), reply
-            t = time.time()
-            reply = self.call(fn, t)
-            if issued is not None:
-                issued()
+            t, reply = self.deliver(fn, time.time(), issued, kind, first)
             return self.reached(t), reply
 
     def reached(self, t: float) -> float:
@@ -277,16 +262,13 @@ class LiveWorker:
                     raise
                 time.sleep(0.005)
 
-    def send(self, fn: Any, issued: Any = None) -> tuple[float, Any]:
+    def send(self, fn: Any, issued: Any = None, kind: str = "", first: Any = None) -> tuple[float, Any]:
         """Send `fn(t)` now, or, while disconnected, queue it until the reconnect and send it then, after the
-        requests queued before it (ioredis's offline queue). `issued`: as in `request`."""
+        requests queued before it (ioredis's offline queue). `issued`, `kind`, `first`: as in `request`."""
         t = time.time()
         back = self.reconnect_at(t)
         if back is None:
-            reply = self.call(fn, t)
-            if issued is not None:
-                issued()
-            return t, reply
+            return self.deliver(fn, t, issued, kind, first)
         with self.offline:
             ticket = self.tickets
             self.tickets += 1
@@ -297,8 +279,7 @@ class LiveWorker:
             while self.served != ticket and not self.stopping.is_set():
                 self.offline.wait(0.05)
         try:
-            t = time.time()
-            return t, self.call(fn, t)
+            return self.deliver(fn, time.time(), None, kind, first)
         finally:
             with self.offline:
                 self.served += 1
@@ -334,7 +315,12 @@ class LiveWorker:
                 if self.stopping.is_set():
                     return
                 self.wait_loop()
-                t, job = self.request("take", take_as(token), offline=not parked)
+                first: list[Any] = []
+                t, job = self.request("take", take_as(token), offline=not parked, first=first)
+                for ran, got in first:  # ran twice (`deliver`): the job the first run took is orphaned
+                    if got is not None and got is not READONLY:
+                        self.emit("take", job=got, token=token, t=ran, s=None, orphan=True)
+                        token = token if job is not None else self.new_token()  # the next take's own
                 if job is READONLY:  # refused by a demoted primary: no job; BullMQ fetches again at once
                     job = None
                 if job is not None:
@@ -425,12 +411,14 @@ class LiveWorker:
             fetch = None if nxt is None else (nxt, int(t * 1000), take["lock_ms"], take["set_lock"])
             return self.scripts.finish(job, token, fenced, remove, fetch)
 
-        sent, reply = self.request("finish", finish)
+        first: list[Any] = []
+        sent, reply = self.request("finish", finish, first=first)
+        ran, ran_reply = self.ran_first(first, sent, reply, job, token, nxt)
         if reply is READONLY:  # refused, and its moveToFailed too: the job is given up (reclaimed later)
             reply = [READONLY_CODE, 0]
-        code, active = reply[0], reply[1]
         fetched = reply[2] if len(reply) > 2 and reply[2] else None
-        self.emit("finished", job=job, token=token, t=sent, r=time.time(), code=code, active=active)
+        code, active = [READONLY_CODE, 0] if ran_reply is READONLY else ran_reply[:2]
+        self.emit("finished", job=job, token=token, t=ran, r=time.time(), code=code, active=active)
         return self.after_finish(job, token, sent, fetched, nxt)
 
     def fail_job(
@@ -452,10 +440,13 @@ class LiveWorker:
             tries = self.cfg.get("attempts", 1) if attempts is None else attempts
             return self.scripts.fail(job, token, self.cfg["fenced"], tries, fetch)
 
-        sent, reply = self.request("finish", fail)
-        code, active, retried, fetched = [READONLY_CODE, 0, 0, ""] if reply is READONLY else list(reply)
+        first: list[Any] = []
+        sent, reply = self.request("finish", fail, first=first)
+        ran, ran_reply = self.ran_first(first, sent, reply, job, token, nxt)
+        fetched = None if reply is READONLY else reply[3]
+        code, active, retried = [READONLY_CODE, 0, 0] if ran_reply is READONLY else ran_reply[:3]
         self.emit(
-            "failed", job=job, token=token, t=sent, code=code, active=active, retried=retried, reason=reason
+            "failed", job=job, token=token, t=ran, code=code, active=active, retried=retried, reason=reason
         )
         return self.after_finish(job, token, sent, str(fetched) if fetched else None, nxt)
 
@@ -505,15 +496,25 @@ class LiveWorker:
             else:
                 self.count("renew")
                 recreate = rule["recreate_missing"]
+                first: list[Any] = []
                 try:
                     sent, failed = self.request(
                         "renew",
                         lambda _, d=due, r=recreate: self.scripts.extend_locks(d, lease_ms, r),
                         retry=False,
                         issued=self.tick_issued,
+                        first=first,
                     )
                 finally:
                     self.tick_issued()
+                for ran, got in first:  # ran twice (`deliver`): the first run, as Redis ran it
+                    self.emit(
+                        "renew",
+                        t=ran,
+                        held=due,
+                        failed=[] if got is READONLY else got,
+                        readonly=got is READONLY,
+                    )
                 lost = failed is LOST
                 if failed is READONLY:  # nothing extended; the jobs stay tracked and are tried again
                     self.emit("renew", t=sent, held=due, failed=[], readonly=True)
@@ -657,6 +658,7 @@ class LiveWorker:
                 self.outages = [(float(b), float(r), bool(d)) for b, r, d in go.get("outages", ())]
                 self.switches = [(float(b), float(e)) for b, e in go.get("switches", ())]
                 self.held = [(float(b), float(e)) for b, e in go.get("held", ())]
+                self.resend = [(float(b), float(u), float(a)) for b, u, a in go.get("resend", ())]
                 if go.get("redis"):  # its own address: a silent partition's proxy
                     self.cfg["redis"] = go["redis"]
                 if self.outages or go.get("redis"):  # named, so that the parent can close its connections
@@ -673,14 +675,6 @@ class LiveWorker:
         self.emit_counts()
         self.emit("bye")
         return 0
-
-
-def redis_refusal(exc: BaseException) -> str | None:
-    """Redis's own error text when it refused a command (READONLY on a demoted primary, OOM under maxmemory,
-    ...), for the parent to show in one line; None for any other failure."""
-    if not isinstance(exc, redis.ResponseError):
-        return None
-    return (str(exc).splitlines() or [type(exc).__name__])[0][:200]
 
 
 def main() -> int:
