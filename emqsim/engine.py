@@ -365,6 +365,8 @@ class Simulation:
     def _start_worker(self, wid: int, restarted: bool = False) -> Worker:
         worker = Worker(self, wid, self._rng("network", wid), self._rng("network", wid, 1))
         self.workers[wid] = worker
+        if self.scenario.network.skipped_ticks > 0:  # its own stream, so runs without skips draw as before
+            worker.skip_rng = self._rng("ticks", wid)
         self.worker_event(wid, "restart" if restarted else "start")
         if self.child_crashes:
             worker.slot_procs = {}

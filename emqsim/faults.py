@@ -477,13 +477,23 @@ class Network:
     twice: a renewal extends the lock again, a finish is refused the second time ("Missing lock"), and a job
     the first run took (a take, or a finish's fetchNext) is orphaned until its lease lapses. Off by default
     (the command runs once and its reply is read after the reconnect); not meant for a `Partition` that TCP
-    did not give up on, where nothing is resent."""
+    did not give up on, where nothing is resent.
+
+    `skipped_ticks`: the probability that a worker's renewal timer tick with jobs due renews nothing (BullMQ's
+    LockManager: the strict `ts + lockRenewTime/2 < now` check fails when `now - ts` is exactly
+    lockRenewTime/2 in whole ms of two clocks, so the jobs keep their `ts` and the next tick renews them; a
+    plain lease: that beat's batch is not sent). It stands for that sub-ms timing rule at its measured rate
+    (up to 1% of ticks on a loaded 2-core box, docs/bullmq-validation.md): each tick draws from the worker's
+    own "ticks" stream, only when `skipped_ticks > 0`. A skip is recorded as a `renew_skipped` lock event.
+    It sits with the network because it is the worker's environment (a quick reply within the loop's
+    millisecond), not a policy's rule: every policy sees the same draws. 0 by default."""
 
     rtt: Distribution = Fixed(0.002)
     loss: float = 0.0
     loss_on: str = "renewals"
     command_timeout: float = 1.0
     resend_twice: bool = False
+    skipped_ticks: float = 0.0
 
     def __post_init__(self) -> None:
         require_instance("Network.rtt", self.rtt, Distribution, "a Distribution, e.g. Fixed(0.002)")
@@ -496,6 +506,11 @@ class Network:
             raise ConfigError(f"network loss_on must be 'renewals' or 'all', got {self.loss_on!r}")
         if not (self.command_timeout > 0):
             raise ConfigError(f"network command_timeout must be > 0 seconds, got {self.command_timeout}")
+        require_number("Network.skipped_ticks", self.skipped_ticks)
+        if not (0.0 <= self.skipped_ticks < 1.0):
+            raise ConfigError(
+                f"Network.skipped_ticks must be a probability in [0, 1), e.g. 0.01, got {self.skipped_ticks}"
+            )
 
 
 @dataclass(frozen=True)

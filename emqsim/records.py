@@ -99,7 +99,8 @@ class LockEvent:
     job: str
     token: str | None
     # kind: set, renewed, renew_failed, renew_lost, released, deleted, expired, evicted, lost_in_failover,
-    # memory_evicted (maxmemory evicted the lock while it was live: `evicted` is an expired lock's removal)
+    # memory_evicted (maxmemory evicted the lock while it was live: `evicted` is an expired lock's removal),
+    # renew_skipped (a renewal-timer tick renewed none of its due jobs: Network.skipped_ticks; nothing sent)
     kind: str
     expires_at: float | None = None
     detail: str = ""

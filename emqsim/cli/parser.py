@@ -160,6 +160,12 @@ def add_fault_flags(p: argparse.ArgumentParser) -> None:
         help="a command whose reply an outage caught runs again when ioredis resends it",
     )
     g.add_argument(
+        "--skipped-ticks",
+        type=probability,
+        metavar="P",
+        help="each renewal-timer tick renews nothing with probability P (BullMQ's strict check; measured 0.01)",
+    )
+    g.add_argument(
         "--attempts",
         type=whole(1),
         metavar="N",
