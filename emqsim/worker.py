@@ -201,6 +201,7 @@ class Worker(Client):
             None  # the "ticks" stream, set when Network.skipped_ticks > 0
         )
         self._skip = sim.scenario.network.skipped_ticks
+        self.skip_at: list[int] = []  # explore's placed skips: the first due tick at or after each time (ms)
 
     # -- state changes -----------------------------------------------------------------------------------
     def _event(self, kind: str, detail: str = "") -> None:
@@ -482,7 +483,13 @@ class Worker(Client):
         """Whether this renewal-timer tick renews none of its `due` jobs (`Network.skipped_ticks`: with that
         probability, drawn from the worker's own "ticks" stream; never, and no draw, without it). A skipped
         tick sends nothing and leaves the jobs' `ts`, so the next tick finds them due (BullMQ's strict check
-        failing at exactly lockRenewTime/2); it is recorded as `renew_skipped`."""
+        failing at exactly lockRenewTime/2); it is recorded as `renew_skipped`. Explore places skips
+        instead (`skip_at`, in time order): the first due tick at or after each is skipped."""
+        skip_at = self.skip_at
+        if skip_at and now >= skip_at[0]:
+            del skip_at[0]
+            self.sim.server.renewal_skipped(due, now)
+            return True
         rng = self.skip_rng
         if rng is None or rng.random() >= self._skip:
             return False

@@ -189,3 +189,25 @@ def test_the_closed_form_matches_the_simulator(freeze: float, p: float) -> None:
     lo, hi = binom.interval(0.999, n, expected)
     assert lo <= lapsed <= hi, (lapsed, n, expected)
     assert np.isfinite(expected) and expected > freeze_lapse_probability(2.0, RenewalRule.bullmq(2.0), freeze)
+
+
+# -- explore: a freeze after a skipped tick ------------------------------------------------------------------------
+def test_explore_finds_the_freezes_below_the_threshold_that_a_skipped_tick_lapses() -> None:
+    """`--fault skip --fault freeze,length=1.4`: the skip (the holder's first due tick from its offset on renews
+    nothing) and the freeze each over one renewal period. The freeze alone never lapses a 2 s BullMQ lock
+    (below L - B); after a skip the timings where it does are found, each a run with a `renew_skipped` event.
+    A skip alone lapses nothing (one skip leaves B + T = 1.002 s < L)."""
+    from emqsim.explore import LIVE_NEVER_RECLAIMED, FaultSpec, counterexample_run, explore, space
+
+    policy = preset("bullmq", lease=2.0, scan=2.0)
+    freeze = FaultSpec("freeze", params={"length": (1400, 1400)})
+    alone = explore(space(policy, [freeze], sweep_phases=False), ties=False)
+    assert alone.counts[LIVE_NEVER_RECLAIMED.name] == alone.points
+    skipped = explore(space(policy, [FaultSpec("skip")], sweep_phases=False), ties=False)
+    assert skipped.counts[LIVE_NEVER_RECLAIMED.name] == skipped.points
+    both = explore(space(policy, [FaultSpec("skip"), freeze], sweep_phases=False), ties=False)
+    failing = both.points - both.counts[LIVE_NEVER_RECLAIMED.name]
+    assert 0 < failing < both.points
+    run = counterexample_run(both, LIVE_NEVER_RECLAIMED.name)
+    assert any(e.kind == "renew_skipped" for e in run.lock_events)
+    assert any(a.false_reclaim for a in run.attempts)
