@@ -86,12 +86,30 @@ def test_the_cli_refuses_a_bad_rate_in_one_line(value: str, tmp_path, capsys) ->
         assert len(err.strip().splitlines()) == 1 and "skipped" in err, err
 
 
-def test_live_mode_refuses_skipped_ticks_in_one_line() -> None:
-    from emqsim.live.runner import LiveRun
+def _due_tick_outcomes(run, token: str) -> list[bool]:  # type: ignore[no-untyped-def]
+    """A take's due renewal ticks in order: True for a skipped one."""
+    kinds = ("renewed", "renew_failed", "renew_lost", "renew_skipped")
+    events = sorted(
+        (e for e in run.lock_events if e.token == token and e.kind in kinds), key=lambda e: e.time
+    )
+    return [e.kind == "renew_skipped" for e in events]
 
-    with pytest.raises(ConfigError, match="skipped_ticks") as info:
-        LiveRun(standard("skipped-ticks"), preset("bullmq", lease=2.0), time_scale=1.0)
-    assert "\n" not in str(info.value)
+
+@pytest.mark.redis
+@pytest.mark.slow
+def test_live_workers_skip_the_simulators_ticks(need_redis, steady_live) -> None:  # type: ignore[no-untyped-def]
+    """Live mode skips the same due ticks as the simulator (the worker is handed the "ticks" stream's draws):
+    a 60 s job of one worker under the bullmq preset at time_scale 0.02 (a 150 ms tick), skips at 0.3."""
+    sc = Scenario(workers=1, jobs=1, duration=Fixed(60.0), network=Network(skipped_ticks=0.3))
+    policy = preset("bullmq")
+    live = steady_live(sc, policy, time_scale=0.02)
+    sim = simulate(sc, policy, 0, 0)
+    token = live.attempts[0].token
+    assert token == sim.attempts[0].token
+    seen, expected = _due_tick_outcomes(live, token), _due_tick_outcomes(sim, token)
+    n = min(len(seen), len(expected))
+    assert n >= 5 and any(expected[:n]), (seen, expected)
+    assert seen[:n] == expected[:n], (seen, expected)
 
 
 # -- the simulator --------------------------------------------------------------------------------------------

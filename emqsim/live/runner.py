@@ -140,12 +140,6 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
                 "live mode cannot reproduce Network(resend_twice): on its unix socket a reply is never caught "
                 "in flight, so no command runs twice; run the resent-finish scenario in the simulator only"
             )
-        if scenario.network.skipped_ticks > 0:
-            raise ConfigError(
-                "live mode does not skip renewal ticks (Network.skipped_ticks stands for a real sub-ms timing "
-                "rule; the live worker's timer is not given its draws): set skipped_ticks = 0, or run it in "
-                "the simulator only"
-            )
         # Connection outages: each worker's windows come from the simulator's own function and streams.
         self.outage_spans = outage_spans(scenario.faults)
         # Redis restarts: the parent really stops its private redis-server and starts it again on its data.

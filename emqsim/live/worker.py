@@ -159,6 +159,9 @@ class LiveWorker:
         # or lost), so it can never reach Redis between the tick's decision and its renewal.
         self.tick = threading.Condition()
         self.tick_pending = False
+        # Network.skipped_ticks: the indices of the due ticks that renew nothing (`go`), and the due ticks so far
+        self.skips: frozenset[int] = frozenset()
+        self.due_ticks = 0
 
     def connect(self, name: str | None = None) -> redis.Redis:
         """A client of the run's Redis (named `name`, if given); `call` decides what is tried again."""
@@ -498,8 +501,14 @@ class LiveWorker:
                 for token, h in self.tracked.items():
                     age = now_ms - h.ts
                     if age > rule["min_age_ms"] or (not rule["strict"] and age == rule["min_age_ms"]):
-                        h.ts = now_ms
                         due.append((h.job, token))
+                if due and self.skips:  # Network.skipped_ticks: this due tick renews nothing (`ts` stays)
+                    self.due_ticks += 1
+                    if self.due_ticks - 1 in self.skips:
+                        self.emit("renew_skipped", t=now, held=due)
+                        due = []
+                for _, token in due:
+                    self.tracked[token].ts = now_ms
             if not due:
                 self.tick_issued()
             else:
@@ -657,6 +666,7 @@ class LiveWorker:
                 self.outages = [(float(b), float(r), bool(d)) for b, r, d in go.get("outages", ())]
                 self.switches = [(float(b), float(e)) for b, e in go.get("switches", ())]
                 self.held = [(float(b), float(e)) for b, e in go.get("held", ())]
+                self.skips = frozenset(int(i) for i in go.get("skips", ()))
                 if go.get("redis"):  # its own address: a silent partition's proxy
                     self.cfg["redis"] = go["redis"]
                 if self.outages or go.get("redis"):  # named, so that the parent can close its connections
