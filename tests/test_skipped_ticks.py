@@ -229,3 +229,26 @@ def test_explore_finds_the_freezes_below_the_threshold_that_a_skipped_tick_lapse
     run = counterexample_run(both, LIVE_NEVER_RECLAIMED.name)
     assert any(e.kind == "renew_skipped" for e in run.lock_events)
     assert any(a.false_reclaim for a in run.attempts)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("lease", "renewal", "p"),
+    [(0.4, RenewalRule.bullmq(0.4), 0.3), (0.3, RenewalRule.every(0.1), 0.3)],
+    ids=["bullmq", "fixed-rate"],
+)
+def test_a_live_workers_lapse_from_skips_alone_matches_the_closed_form(
+    lease: float, renewal: RenewalRule, p: float
+) -> None:
+    """No fault: a job of 1.2 s loses its lock only on enough consecutive skips (3 here: B + 3 T > L), at the
+    rate `analytic.lost_renewal_lapse_probability(..., loss=0, skipped=p)` gives (one job per replication)."""
+    from emqsim.analytic import lost_renewal_lapse_probability
+
+    policy = LeasePolicy(lease, lease / 4, 0.05, swept_by="reaper", max_stalled=0, renewal=renewal)
+    sc = Scenario(workers=2, jobs=1, duration=Fixed(1.2), network=Network(skipped_ticks=p))
+    n = 1000
+    hits = sum(simulate(sc, policy, 9, rep, record_locks=False).attempts[0].false_reclaim for rep in range(n))
+    expected = lost_renewal_lapse_probability(lease, renewal, 1.2, 0.0, skipped=p)
+    lo, hi = binom.interval(0.999, n, expected)
+    assert 0.02 < expected < 0.5 and lo <= hits <= hi, (hits, n, expected)
+    assert lost_renewal_lapse_probability(lease, renewal, 1.2, 0.0) == 0.0
