@@ -159,9 +159,6 @@ class LiveWorker:
         # or lost), so it can never reach Redis between the tick's decision and its renewal.
         self.tick = threading.Condition()
         self.tick_pending = False
-        # Network.skipped_ticks: the indices of the due ticks that renew nothing (`go`), and the due ticks so far
-        self.skips: frozenset[int] = frozenset()
-        self.due_ticks = 0
 
     def connect(self, name: str | None = None) -> redis.Redis:
         """A client of the run's Redis (named `name`, if given); `call` decides what is tried again."""
@@ -486,8 +483,8 @@ class LiveWorker:
 
     def lock_manager(self) -> None:
         rule = self.cfg["renewal"]
-        tick = rule["tick_ms"] / 1000
-        lease_ms = rule["lease_ms"]
+        tick, recreate = rule["tick_ms"] / 1000, rule["recreate_missing"]
+        lease_ms, min_age = rule["lease_ms"], rule["min_age_ms"] - (0 if rule["strict"] else 1)
         next_tick = self.t0 + self.first_renew_ms / 1000
         self.sleep_until(next_tick)
         while not self.stopping.is_set():
@@ -496,24 +493,17 @@ class LiveWorker:
                 self.tick_pending = True
             now = time.time()
             now_ms = int(now * 1000)
-            with self.tracked_lock:
-                due = []
-                for token, h in self.tracked.items():
-                    age = now_ms - h.ts
-                    if age > rule["min_age_ms"] or (not rule["strict"] and age == rule["min_age_ms"]):
-                        due.append((h.job, token))
-                if due and self.skips:  # Network.skipped_ticks: this due tick renews nothing (`ts` stays)
-                    self.due_ticks += 1
-                    if self.due_ticks - 1 in self.skips:
-                        self.emit("renew_skipped", t=now, held=due)
-                        due = []
+            with self.tracked_lock:  # due: older than min_age ms (or as old, when not strict; whole ms)
+                due = [(h.job, t) for t, h in self.tracked.items() if now_ms - h.ts > min_age]
+                if due and next(self.skips, "0") == "1":  # Network.skipped_ticks: nothing sent, `ts` stays
+                    self.emit("renew_skipped", t=now, held=due)
+                    due = []
                 for _, token in due:
                     self.tracked[token].ts = now_ms
             if not due:
                 self.tick_issued()
             else:
                 self.count("renew")
-                recreate = rule["recreate_missing"]
                 try:
                     sent, failed = self.request(
                         "renew",
@@ -666,7 +656,7 @@ class LiveWorker:
                 self.outages = [(float(b), float(r), bool(d)) for b, r, d in go.get("outages", ())]
                 self.switches = [(float(b), float(e)) for b, e in go.get("switches", ())]
                 self.held = [(float(b), float(e)) for b, e in go.get("held", ())]
-                self.skips = frozenset(int(i) for i in go.get("skips", ()))
+                self.skips = iter(go.get("skips", ""))  # Network.skipped_ticks: "1" skips a due tick
                 if go.get("redis"):  # its own address: a silent partition's proxy
                     self.cfg["redis"] = go["redis"]
                 if self.outages or go.get("redis"):  # named, so that the parent can close its connections
