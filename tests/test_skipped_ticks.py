@@ -3,8 +3,9 @@
 A tick with jobs due renews nothing with probability p (drawn from each worker's own "ticks" stream, only when
 p > 0): the jobs keep their `ts`, the next tick renews them, and the skip is a `renew_skipped` lock event.
 Checked here: the option's validation (API, TOML, flags), that p = 0 draws nothing, the skip's timing under
-BullMQ's after-reply timer and a fixed-rate one, the measured rate, and
-`emqsim.analytic_stalls.skipped_tick_freeze_lapse_probability` against the simulator (the replication as the unit).
+BullMQ's after-reply timer and a fixed-rate one, the measured rate, live mode skipping the simulator's ticks,
+the closed forms (`analytic_stalls.skipped_tick_freeze_lapse_probability`, `analytic.lost_renewal_lapse_probability`
+with `skipped`) against the simulator (the replication as the unit), and explore's `skip` fault.
 """
 
 from __future__ import annotations
