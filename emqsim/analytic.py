@@ -563,6 +563,7 @@ def lost_renewal_lapse_probability(
     rtt: float = DEFAULT_RTT,
     command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
     resolution: float = MS,
+    skipped: float = 0.0,
 ) -> float:
     """P(a job of `duration` s loses its lock) when each renewal is lost independently with probability p.
 
@@ -572,12 +573,14 @@ def lost_renewal_lapse_probability(
     them (fixed rate: next tick max(schedule + tick, reply); after reply: reply + tick; a lost request's
     "reply" is its command timeout), averaged over the timer's phase (first tick U(1..tick) ms after the
     start). About run_probability(D / B, k*, p) for long jobs. With token-checked renewal every lapse
-    becomes a false reclaim.
+    becomes a false reclaim. `skipped` (`Network.skipped_ticks`): each due tick first renews nothing with
+    that probability (no request, `ts` kept, the next tick one tick later); a live worker with loss = 0
+    lapses only on k consecutive skips with B + k tick > L (3 for BullMQ's rule).
     """
     if resolution <= 0:
         raise ValueError("lost_renewal_lapse_probability works on the clock grid: resolution must be > 0")
-    if not 0 <= loss < 1:
-        raise ValueError(f"loss must be in [0, 1), got {loss}")
+    if not (0 <= loss < 1 and 0 <= skipped < 1):
+        raise ValueError(f"loss and skipped must be in [0, 1), got {loss} and {skipped}")
     rule = _rule(renewal)
     L, D, R, C = (_ticks(x, resolution) for x in (lease, duration, rtt, command_timeout))
     tick, min_age = _ticks(rule.tick, resolution), _ticks(rule.min_age, resolution)
@@ -616,6 +619,7 @@ def lost_renewal_lapse_probability(
         due = (x - ts > min_age) if rule.strict else (x - ts >= min_age)
         idle = np.where(live & ~due, mass, 0.0)
         sent = np.where(live & due, mass, 0.0)
+        idle, sent = idle + skipped * sent, (1 - skipped) * sent  # a skipped due tick sends nothing
         if rule.after_reply:
             push((xo + tick, 0, tso, lo), idle)
             push((xo + R + tick, 0, xo, xo), sent * (1 - loss))

@@ -75,11 +75,14 @@ class Simulation:
         job_sink: JobSink | None = None,
         timer_phases: dict[tuple[str, int], int] | None = None,
         tie_break: TieBreak | None = None,
+        skipped_ticks_at: tuple[int, ...] = (),
     ) -> None:
         """`timer_phases` pins the first tick of chosen timers instead of drawing it, in ms:
         {("renew", wid): first renewal tick (>= 1), ("sweep", wid or REAPER): first sweep (>= 0)}; timers not
         named keep their draws. `tie_break` reorders same-millisecond steps at Redis (default: the fixed
-        rule). Both are for `emqsim.explore`; without them a run is what it always was."""
+        rule). `skipped_ticks_at` places skipped ticks instead of drawing them (`Network.skipped_ticks`): for
+        each offset (ms into job 0's first attempt), the holder's first renewal tick with jobs due at or after
+        it renews nothing. All are for `emqsim.explore`; without them a run is what it always was."""
         require_instance(
             "scenario", scenario, Scenario, "a Scenario, e.g. standard('fast-dead') (not its name)"
         )
@@ -130,6 +133,7 @@ class Simulation:
             if isinstance(f, Outage) and f.readonly > 0
         )
         self.timer_phases = timer_phases or {}
+        self.skipped_ticks_at = tuple(sorted(skipped_ticks_at))
         self.fault_last = tie_break is not None and tie_break.fault_last
         self.job_sink = job_sink
         self.keep_records = job_sink is None
@@ -217,6 +221,8 @@ class Simulation:
     def job_started(self, worker: Worker, attempt: AttemptDraft) -> None:
         if attempt.attempt != 1:
             return
+        if self.skipped_ticks_at and attempt.job == "0":  # explore's placed skips (see __init__)
+            worker.skip_at += [int(self.env.now) + ms for ms in self.skipped_ticks_at]
         for i, fault in enumerate(self.job_faults.get(int(attempt.job), ())):
             rng = self._rng("job_faults", int(attempt.job), i)
             after = to_ms(float(as_distribution(fault.after, "after").sample(rng, 1)[0]))
@@ -365,6 +371,8 @@ class Simulation:
     def _start_worker(self, wid: int, restarted: bool = False) -> Worker:
         worker = Worker(self, wid, self._rng("network", wid), self._rng("network", wid, 1))
         self.workers[wid] = worker
+        if self.scenario.network.skipped_ticks > 0:  # its own stream, so runs without skips draw as before
+            worker.skip_rng = self._rng("ticks", wid)
         self.worker_event(wid, "restart" if restarted else "start")
         if self.child_crashes:
             worker.slot_procs = {}

@@ -533,7 +533,16 @@ class Network:
     rejected take is sent again, a rejected finish makes BullMQ send moveToFailed, which fails the job if
     it gets through and is lost if it is rejected too (`finish_fate`). None (the default): null, commands
     wait for the reconnect however long it takes. Stalled checks and the blocking client's commands are
-    not rejected (BullMQ forces null on the blocking client); not modelled for a `Partition`."""
+    not rejected (BullMQ forces null on the blocking client); not modelled for a `Partition`.
+
+    `skipped_ticks`: the probability that a worker's renewal timer tick with jobs due renews nothing (BullMQ's
+    LockManager: the strict `ts + lockRenewTime/2 < now` check fails when `now - ts` is exactly
+    lockRenewTime/2 in whole ms of two clocks, so the jobs keep their `ts` and the next tick renews them; a
+    plain lease: that beat's batch is not sent). It stands for that sub-ms timing rule at its measured rate
+    (up to 1% of ticks on a loaded 2-core box, docs/bullmq-validation.md): each tick draws from the worker's
+    own "ticks" stream, only when `skipped_ticks > 0`. A skip is recorded as a `renew_skipped` lock event.
+    It sits with the network because it is the worker's environment (a quick reply within the loop's
+    millisecond), not a policy's rule: every policy sees the same draws. 0 by default."""
 
     rtt: Distribution = Fixed(0.002)
     loss: float = 0.0
@@ -541,6 +550,7 @@ class Network:
     command_timeout: float = 1.0
     resend_twice: bool = False
     max_retries_per_request: int | None = None
+    skipped_ticks: float = 0.0
 
     def __post_init__(self) -> None:
         require_instance("Network.rtt", self.rtt, Distribution, "a Distribution, e.g. Fixed(0.002)")
@@ -562,6 +572,11 @@ class Network:
             raise ConfigError(f"network loss_on must be 'renewals' or 'all', got {self.loss_on!r}")
         if not (self.command_timeout > 0):
             raise ConfigError(f"network command_timeout must be > 0 seconds, got {self.command_timeout}")
+        require_number("Network.skipped_ticks", self.skipped_ticks)
+        if not (0.0 <= self.skipped_ticks < 1.0):
+            raise ConfigError(
+                f"Network.skipped_ticks must be a probability in [0, 1), e.g. 0.01, got {self.skipped_ticks}"
+            )
 
 
 @dataclass(frozen=True)

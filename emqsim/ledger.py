@@ -257,6 +257,11 @@ class Ledger:
         for job_id, token in held:
             self.lock_events.append(LockEvent(sent / self.ticks_per_s, job_id, token, "renew_lost"))
 
+    def renewals_skipped(self, held: Iterable[tuple[str, str]], now: float) -> None:
+        """A renewal-timer tick that renewed none of these due jobs (`Network.skipped_ticks`)."""
+        for job_id, token in held:
+            self.lock_events.append(LockEvent(now / self.ticks_per_s, job_id, token, "renew_skipped"))
+
     def sweep(
         self,
         now: float,

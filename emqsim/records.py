@@ -29,7 +29,9 @@ from typing import Any, Literal
 # checks draw their round trips from a stream of their own ("network", wid, 2) and each of their steps runs
 # after every other event of its millisecond, workers in id order (issue 27's sweep coordinator counts the
 # refused ones without simulating them), so every run whose workers run the stalled check changes.
-RESULTS_SCHEMA = 7
+# 8: the golden corpus holds the new standard scenario skipped-ticks (`Network.skipped_ticks`, drawn only when
+# > 0); no earlier run changes (every digest recorded under 7 is the same under 8).
+RESULTS_SCHEMA = 8
 
 WorkerState = Literal["alive", "frozen", "blocked", "disconnected", "dead"]
 
@@ -99,7 +101,8 @@ class LockEvent:
     job: str
     token: str | None
     # kind: set, renewed, renew_failed, renew_lost, released, deleted, expired, evicted, lost_in_failover,
-    # memory_evicted (maxmemory evicted the lock while it was live: `evicted` is an expired lock's removal)
+    # memory_evicted (maxmemory evicted the lock while it was live: `evicted` is an expired lock's removal),
+    # renew_skipped (a renewal-timer tick renewed none of its due jobs: Network.skipped_ticks; nothing sent)
     kind: str
     expires_at: float | None = None
     detail: str = ""

@@ -11,6 +11,7 @@ import numpy as np
 # Fixed codes: never renumber, or every seeded result changes.
 STREAMS = {"arrivals": 1, "durations": 2, "faults": 3, "network": 4, "phases": 5, "store": 6, "job_faults": 7}
 STREAMS["memory"] = 8  # maxmemory eviction's samples and LFU draws (8, 0), the other tenant's writes (8, 1)
+STREAMS["ticks"] = 9  # Network.skipped_ticks: a worker's renewal-timer skips (9, wid), drawn only when > 0
 
 
 def stream(seed: int, replication: int, name: str, *index: int) -> np.random.Generator:

@@ -407,6 +407,11 @@ class Server:
         if self.record_locks:
             self.ledger.renewals_lost(held, sent_ms)
 
+    def renewal_skipped(self, held: list[tuple[str, str]], now_ms: int) -> None:
+        """Record due renewals a skipped timer tick did not send (`Network.skipped_ticks`)."""
+        if self.record_locks:
+            self.ledger.renewals_skipped(held, now_ms)
+
     def finish(self, attempt: AttemptDraft, now: int) -> FinishReply:
         if self.readonly and self.refused(now):
             return self._finish_refused(attempt, now)

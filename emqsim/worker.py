@@ -123,7 +123,7 @@ class _LockManager:
         due_at = self.rule.due
         tracked = worker.tracked
         due = [(h.job, token) for token, h in tracked.items() if due_at(now, h.ts)]
-        if not due:
+        if not due or worker.tick_skipped(due, now):
             self._next()
             return
         for _, token in due:
@@ -228,6 +228,11 @@ class Worker(Client):
         self.takes = 0
         self.restart_after_ms: int | None = None
         self.slot_procs: dict[str, simpy.Process] | None = None  # token -> its slot, where a child can crash
+        self.skip_rng: np.random.Generator | None = (
+            None  # the "ticks" stream, set when Network.skipped_ticks > 0
+        )
+        self._skip = sim.scenario.network.skipped_ticks
+        self.skip_at: list[int] = []  # explore's placed skips: the first due tick at or after each time (ms)
 
     # -- state changes -----------------------------------------------------------------------------------
     def _event(self, kind: str, detail: str = "") -> None:
@@ -534,6 +539,23 @@ class Worker(Client):
         else:
             super().start_sweeper(first_ms)
 
+    def tick_skipped(self, due: list[tuple[str, str]], now: int) -> bool:
+        """Whether this renewal-timer tick renews none of its `due` jobs (`Network.skipped_ticks`: with that
+        probability, drawn from the worker's own "ticks" stream; never, and no draw, without it). A skipped
+        tick sends nothing and leaves the jobs' `ts`, so the next tick finds them due (BullMQ's strict check
+        failing at exactly lockRenewTime/2); it is recorded as `renew_skipped`. Explore places skips
+        instead (`skip_at`, in time order): the first due tick at or after each is skipped."""
+        skip_at = self.skip_at
+        if skip_at and now >= skip_at[0]:
+            del skip_at[0]
+            self.sim.server.renewal_skipped(due, now)
+            return True
+        rng = self.skip_rng
+        if rng is None or rng.random() >= self._skip:
+            return False
+        self.sim.server.renewal_skipped(due, now)
+        return True
+
     def start_lock_manager(self, first_ms: int) -> None:
         """Start the lock manager (`lock_manager`), as the callback-driven `_LockManager` (same steps)."""
         if _client._ELISION:  # the one switch, with the stalled-check timer's
@@ -553,7 +575,7 @@ class Worker(Client):
                 return
             now = fired_at = int(self.env.now)
             due = [(h.job, token) for token, h in self.tracked.items() if rule.due(now, h.ts)]
-            if due:
+            if due and not self.tick_skipped(due, now):
                 for _, token in due:
                     self.tracked[token].ts = now
                 failed = yield from self.request("renew", lambda t, d=due: server.renew(d, t), retry=False)
@@ -596,8 +618,10 @@ class Worker(Client):
             now = int(self.env.now)
             if not rule.due(now, tracked.ts):
                 continue
-            tracked.ts = now
             item = [(tracked.job, token)]
+            if self.tick_skipped(item, now):
+                continue
+            tracked.ts = now
             failed = yield from self.request("renew", lambda t, d=item: server.renew(d, t), retry=False)
             if failed is None:
                 return

@@ -57,7 +57,8 @@ SCENARIOS = (
             block_rate=0.5, block_duration=Fixed(0.3), outage_rate=0.25, outage_duration=Exponential(2.0),
         ),
         network=Network(
-            rtt=LogNormal(0.003, 0.4), loss=0.125, loss_on="all", command_timeout=2.0, resend_twice=True
+            rtt=LogNormal(0.003, 0.4), loss=0.125, loss_on="all", command_timeout=2.0, resend_twice=True,
+            skipped_ticks=0.25,
         ),
         phases="aligned", horizon=900.0, hz=20, queue="mail", remove_on_complete=True, attempts=3,
     ),

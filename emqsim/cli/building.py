@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 
 from emqsim.distributions import Distribution
 from emqsim.errors import ConfigError
-from emqsim.faults import Crash, Freeze, Network
+from emqsim.faults import Crash, Freeze
 from emqsim.policies import LeasePolicy, LeaseWarning, ReclaimPolicy, TimeoutPolicy
 from emqsim.presets import PRESETS, Preset
 from emqsim.scenario import Scenario, standard
@@ -112,6 +112,10 @@ def with_fault_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
     if get("max_retries_per_request") is not None:
         network = changes.get("network", scenario.network)
         changes["network"] = replace(network, max_retries_per_request=args.max_retries_per_request)
+    if get("skipped_ticks") is not None:
+        changes["network"] = replace(
+            changes.get("network", scenario.network), skipped_ticks=args.skipped_ticks
+        )
     if faults != list(scenario.faults):
         changes["faults"] = tuple(faults)
     randoms: dict[str, Any] = {}
@@ -290,12 +294,11 @@ def run_scenario(args: argparse.Namespace) -> Scenario:
     if getattr(args, "remove_on_complete", False):
         changes["remove_on_complete"] = True
     if getattr(args, "loss", None) is not None or getattr(args, "rtt", None) is not None:
-        net = scenario.network
-        changes["network"] = Network(
+        net = scenario.network  # its other settings (resend_twice, skipped_ticks) stay
+        changes["network"] = replace(
+            net,
             rtt=args.rtt if args.rtt is not None else net.rtt,
             loss=args.loss if args.loss is not None else net.loss,
-            loss_on=net.loss_on,
-            command_timeout=net.command_timeout,
         )
     return with_fault_flags(scenario.with_(**changes), args)
 

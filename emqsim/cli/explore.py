@@ -94,7 +94,8 @@ def add_explore_arguments(p: Any) -> None:
         type=fault_spec,
         action="append",
         metavar="SPEC",
-        help="crash, or KIND,length=A:B (seconds) with KIND one of "
+        help=" or ".join(name for name, kind in FAULT_KINDS.items() if not kind.params)
+        + ", or KIND,length=A:B (seconds) with KIND one of "
         + ", ".join(name for name, kind in FAULT_KINDS.items() if kind.params)
         + "; options offset=A:B, target=holder|other (not for restart); give one or two",
     )

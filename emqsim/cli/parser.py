@@ -167,6 +167,12 @@ def add_fault_flags(p: argparse.ArgumentParser) -> None:
         "(N+1)-th reconnect attempt (default: null, they wait)",
     )
     g.add_argument(
+        "--skipped-ticks",
+        type=probability,
+        metavar="P",
+        help="each renewal-timer tick renews nothing with probability P (BullMQ's strict check; measured 0.01)",
+    )
+    g.add_argument(
         "--attempts",
         type=whole(1),
         metavar="N",

@@ -337,6 +337,8 @@ def text_timeline(run) -> str:
     for e in run.lock_events:
         if e.kind in ("expired", "renew_failed"):
             events.append((e.time, 4, f"lock of job {e.job} {e.kind.replace('_', ' ')}"))
+        elif e.kind == "renew_skipped":  # Network.skipped_ticks, or explore's `skip` fault
+            events.append((e.time, 4, f"lock of job {e.job}: its worker's renewal tick skipped"))
     events.sort(key=lambda t: (t[0], t[1]))
     head = f"{run.scenario} under {run.policy['policy']} (seed {run.seed}); ended by {run.ended_by} at {run.end:g} s"
     return "\n".join([head] + [f"{t:10.3f} s  {text}" for t, _, text in events])

@@ -83,6 +83,30 @@ register_fault(
 )
 
 
+@dataclass(frozen=True)
+class SkippedTick:
+    """A skipped renewal tick placed by explore (`Network.skipped_ticks` draws them): the job's holder's first
+    tick with the job due at or after `after_ms` into its first attempt renews nothing. Not a scenario fault:
+    `Space.setup` hands it to the run as `skipped_ticks_at`."""
+
+    after_ms: int
+
+
+def _place_skip(target: str, at_ms: int, params: Mapping[str, int], start_ms: int) -> SkippedTick:
+    return SkippedTick(at_ms)
+
+
+register_fault(
+    FaultKind(
+        "skip",
+        (),
+        _place_skip,
+        "the job's holder skips its first renewal tick with the job due from `offset` on (BullMQ's strict "
+        "check at exactly lockRenewTime/2; Network.skipped_ticks draws them)",
+    )
+)
+
+
 def _place_outage(target: str, at_ms: int, params: Mapping[str, int], start_ms: int) -> Any:
     worker = 0 if target == HOLDER else 1
     return Outage(at=(start_ms + at_ms) / 1000, duration=params["length"] / 1000, worker=worker)
@@ -160,6 +184,8 @@ class FaultSpec:
         kind = FAULT_KINDS[self.kind]
         if not kind.targeted and self.target != HOLDER:
             raise ConfigError(f"fault {self.kind!r} hits every worker at once: leave its target out")
+        if self.kind == "skip" and self.target != HOLDER:
+            raise ConfigError("fault 'skip' skips a renewal tick of the job's holder: leave its target out")
         if kind.after_finish and self.target != HOLDER:
             raise ConfigError(
                 f"fault {self.kind!r} strikes the worker that finished the job: leave its target out"

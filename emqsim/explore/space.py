@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from emqsim.distributions import Fixed
 from emqsim.engine import REAPER, simulate
 from emqsim.errors import ConfigError
-from emqsim.explore.faults import FAULT_KINDS, FaultSpec
+from emqsim.explore.faults import FAULT_KINDS, FaultSpec, SkippedTick
 from emqsim.explore.properties import Property, default_properties
 from emqsim.faults import Network
 from emqsim.policies import ReclaimPolicy
@@ -68,7 +68,7 @@ class Space:
         return values
 
     def setup(self, point: Sequence[int]) -> tuple[Scenario, dict[tuple[str, int], int]]:
-        """The scenario and pinned timer phases of one point."""
+        """The scenario and pinned timer phases of one point (its placed skipped ticks: `skipped_ticks`)."""
         values = self.coords(point)
         faults = []
         for i, spec in enumerate(self.faults):
@@ -86,16 +86,24 @@ class Space:
             workers=self.workers,
             jobs=max(FAULT_KINDS[spec.kind].jobs for spec in self.faults),  # a backlog if a kind needs one
             duration=Fixed(self.duration_ms / 1000),
-            faults=tuple(faults),
+            faults=tuple(f for f in faults if not isinstance(f, SkippedTick)),
             network=Network(rtt=Fixed(self.rtt_ms / 1000)),
             horizon=self.horizon_ms / 1000,
         )
         return scenario, phases
 
+    def skipped_ticks(self, point: Sequence[int]) -> tuple[int, ...]:
+        """The offsets (ms into the job) of the point's `skip` faults, for `simulate(skipped_ticks_at=...)`."""
+        values = self.coords(point)
+        return tuple(values[f"fault{i}.offset"] for i, spec in enumerate(self.faults) if spec.kind == "skip")
+
     def run(self, point: Sequence[int], tie_break: TieBreak | None = None) -> Run:
         """Simulate one point (the same run every time)."""
         scenario, phases = self.setup(point)
-        return simulate(scenario, self.policy, 0, timer_phases=phases, tie_break=tie_break)
+        skips = self.skipped_ticks(point)
+        return simulate(
+            scenario, self.policy, 0, timer_phases=phases, tie_break=tie_break, skipped_ticks_at=skips
+        )
 
     def fault_time_ms(self, point: Sequence[int]) -> int:
         """When the first fault strikes (ms; the job starts at rtt)."""

@@ -30,6 +30,7 @@ from emqsim.live.settings import LiveSettings
 from emqsim.policies import ReclaimPolicy
 from emqsim.processes import die_with_parent, signal_group
 from emqsim.scenario import Scenario
+from emqsim.units import to_ms
 
 WORKER_SCRIPT = Path(__file__).with_name("worker.py")
 SPARES = 2  # idle worker processes kept ready when the scenario restarts crashed workers
@@ -73,6 +74,7 @@ class ChildHost(Protocol):
     ) -> list[tuple[float, float, float]]: ...
     def real_window(self, window: OutageWindow) -> tuple[float, float, float]: ...
     def redis_down_within(self, begin: float, back: float) -> bool: ...
+    def skipped_ticks(self, wid: int) -> str: ...
     def random_faults(self, wid: int, now: float) -> None: ...
     def job_started(self, proc: Proc, job: int, started: float, token: str = "") -> None: ...
     def spawn(self, role: str) -> Proc: ...
@@ -188,10 +190,23 @@ class ChildProcesses:
             "redis": url,  # the worker's own address (a partition's proxy), if not the run's
             "held": proc.held,  # its partitions: what it sends meanwhile reaches Redis at their end
             "resend": proc.resend,  # Network(resend_twice): what it sends then runs twice (emqsim.live.resend)
+            # Network.skipped_ticks: which of its due renewal ticks renew nothing, the simulator's own draws
+            # (its "ticks" stream, one per due tick), drawn here: the worker imports no NumPy
+            "skips": self.skipped_ticks(wid) if proc.role == "worker" else "",
         }
         self.send(proc, "go " + json.dumps(go))
         if proc.role == "worker":
             self.worker_events.append((t_go, wid, "restart" if restarted else "start", ""))
+
+    def skipped_ticks(self: ChildHost, wid: int) -> str:
+        """Worker `wid`'s due ticks in order, "1" for one that `Network.skipped_ticks` skips: the simulator's
+        draws (one per due tick, as `emqsim.worker.Worker.tick_skipped` makes them)."""
+        p = self.scenario.network.skipped_ticks
+        tick_ms = (self.live.renewal or {}).get("tick_ms")
+        if p <= 0 or not tick_ms:
+            return ""
+        ticks = int(to_ms(self.scenario.horizon) * self.scale // tick_ms) + 2  # more than the run can fire
+        return "".join("1" if skip else "0" for skip in self._rng("ticks", wid).random(ticks) < p)
 
     def send(self: ChildHost, proc: Proc, line: str) -> None:
         with contextlib.suppress(BrokenPipeError, OSError, ValueError):

@@ -130,6 +130,9 @@ def build_run(self: RunFacts, end: float, ended_by: str) -> Run:
             ledger.fail_applied(a, s(ev["t"]), moved, None if code == 0 else _finish_error(code, a.job))
             if moved and locks and self.live.fenced:
                 ledger.lock(s(ev["t"]), a.job, a.token, "released", detail=ev["reason"])
+        elif kind == "renew_skipped" and locks:  # Network.skipped_ticks: nothing was sent
+            for job, token in ev["held"]:
+                ledger.lock(s(ev["t"]), job, token, "renew_skipped")
         elif kind == "renew" and locks and ev.get("readonly"):  # refused by a demoted primary
             for job, token in ev["held"]:
                 ledger.lock(s(ev["t"]), job, token, "renew_failed", detail="READONLY")

@@ -474,8 +474,8 @@ class LiveWorker(Resending):
 
     def lock_manager(self) -> None:
         rule = self.cfg["renewal"]
-        tick = rule["tick_ms"] / 1000
-        lease_ms = rule["lease_ms"]
+        tick, recreate = rule["tick_ms"] / 1000, rule["recreate_missing"]
+        lease_ms, min_age = rule["lease_ms"], rule["min_age_ms"] - (0 if rule["strict"] else 1)
         next_tick = self.t0 + self.first_renew_ms / 1000
         self.sleep_until(next_tick)
         while not self.stopping.is_set():
@@ -484,18 +484,17 @@ class LiveWorker(Resending):
                 self.tick_pending = True
             now = time.time()
             now_ms = int(now * 1000)
-            with self.tracked_lock:
-                due = []
-                for token, h in self.tracked.items():
-                    age = now_ms - h.ts
-                    if age > rule["min_age_ms"] or (not rule["strict"] and age == rule["min_age_ms"]):
-                        h.ts = now_ms
-                        due.append((h.job, token))
+            with self.tracked_lock:  # due: older than min_age ms (or as old, when not strict; whole ms)
+                due = [(h.job, t) for t, h in self.tracked.items() if now_ms - h.ts > min_age]
+                if due and next(self.skips, "0") == "1":  # Network.skipped_ticks: nothing sent, `ts` stays
+                    self.emit("renew_skipped", t=now, held=due)
+                    due = []
+                for _, token in due:
+                    self.tracked[token].ts = now_ms
             if not due:
                 self.tick_issued()
             else:
                 self.count("renew")
-                recreate = rule["recreate_missing"]
                 first: list[Any] = []
                 try:
                     sent, failed = self.request(
@@ -659,6 +658,7 @@ class LiveWorker(Resending):
                 self.switches = [(float(b), float(e)) for b, e in go.get("switches", ())]
                 self.held = [(float(b), float(e)) for b, e in go.get("held", ())]
                 self.resend = [(float(b), float(u), float(a)) for b, u, a in go.get("resend", ())]
+                self.skips = iter(go.get("skips", ""))  # Network.skipped_ticks: "1" skips a due tick
                 if go.get("redis"):  # its own address: a silent partition's proxy
                     self.cfg["redis"] = go["redis"]
                 if self.outages or go.get("redis"):  # named, so that the parent can close its connections
