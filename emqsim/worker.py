@@ -135,7 +135,8 @@ class _LockManager:
 
         lost = worker._lost("renew")  # `Client.request("renew", op, retry=False)`, step by step
         if worker.outages and not lost:
-            out_ms, back_ms = worker.route(worker._rtt_ms())
+            rtt_ms = worker._rtt_ms()
+            out_ms, back_ms = worker.route(rtt_ms)
             flush = worker.flush_at(now, now + out_ms + back_ms) if worker._max_retries is not None else None
             if flush is not None:  # `Client.rejected`, step by step
                 if now + out_ms < flush:
@@ -146,7 +147,10 @@ class _LockManager:
                     self.result = REJECTED
                 self.tick.after(flush - now, self._to_rejected)
                 return
+            again = worker.resent_after(rtt_ms) if worker._resend_twice else None
             reply = server.send_split("renew", op, out_ms, back_ms)
+            if again is not None:  # it ran, the drop took its reply, and ioredis's resent copy runs again
+                reply = server.send_split("renew", server.resent(op), again, rtt_ms - rtt_ms // 2)
         else:
             reply = server.send("renew", op, worker._rtt_ms(), lost)
         if lost:

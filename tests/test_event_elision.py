@@ -182,3 +182,46 @@ def test_the_checks_of_one_millisecond_go_in_worker_id_order_after_everything_el
         client._ELISION = saved
     assert (run.sweeps[0].time, run.sweeps[0].by) == (0.0, "worker 0")
     assert (run_frozen.sweeps[0].time, run_frozen.sweeps[0].by) == (0.0, "worker 1")
+
+
+def test_a_renewal_whose_reply_a_drop_caught_runs_twice_either_way():
+    """`Network(resend_twice)`: a lock-manager renewal whose reply a drop catches on its way back (sent at
+    0.360 s, the drop at its last ms in flight) runs again when ioredis resends it, with the callback lock
+    manager as with the step-by-step one (the callback one used not to resend it)."""
+    from emqsim import Scenario
+    from emqsim.faults import Outage
+
+    for worker_rtt, drop_at in ((0.002, 0.362), (0.004, 0.363), (0.004, 0.364)):
+        scenario = Scenario(
+            workers=1,
+            jobs=1,
+            duration=Fixed(3.0),
+            faults=(Outage(at=drop_at, duration=0.3, worker=0),),
+            network=Network(rtt=Fixed(worker_rtt), resend_twice=True),
+            horizon=20.0,
+        )
+        policy = LeasePolicy(lease=2.0, beat=0.5, scan=1.0)
+        assert_same(scenario, policy, 0)
+        on = _run(True, scenario, policy, 0)[0]
+        once = _run(True, scenario.with_(network=Network(rtt=Fixed(worker_rtt))), policy, 0)[0]
+        assert on.requests["renew"] == once.requests["renew"] + 1, "the caught renewal ran twice"
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    scenarios(loss=False),
+    st.one_of(leases, st.just(preset("bullmq"))),
+    st.integers(0, 2**16),
+    st.booleans(),
+    st.sampled_from([None, 0, 1]),
+    st.sampled_from([0.0, 0.2]),
+)
+def test_elision_changes_no_record_with_resends_rejections_and_skipped_ticks(
+    scenario, policy, seed, resend, max_retries, skipped
+):
+    """The network options whose requests take other paths: resent commands, ioredis's rejections at its
+    queue flushes, skipped renewal ticks, on top of the random faults (outages among them)."""
+    network = Network(
+        rtt=scenario.network.rtt, resend_twice=resend, max_retries_per_request=max_retries, skipped_ticks=skipped
+    )
+    assert_same(scenario.with_(network=network), policy, seed)
