@@ -534,6 +534,9 @@ class Worker(Client):
                 return None
             if got is not None and got is not LOST:
                 return token
+            # Nothing taken: but the first run of a resent take may have taken a job, whose reply the drop
+            # caught (the copy found `wait` empty): the worker never starts it; its lock lapses unrenewed.
+            self._orphan(token)
 
     def start_sweeper(self, first_ms: int, check_rng: np.random.Generator | None = None) -> None:
         """Start the worker's stalled checks (`emqsim.checks`, `check_rng`: their own round trips) when its

@@ -222,6 +222,9 @@ def test_elision_changes_no_record_with_resends_rejections_and_skipped_ticks(
     """The network options whose requests take other paths: resent commands, ioredis's rejections at its
     queue flushes, skipped renewal ticks, on top of the random faults (outages among them)."""
     network = Network(
-        rtt=scenario.network.rtt, resend_twice=resend, max_retries_per_request=max_retries, skipped_ticks=skipped
+        rtt=scenario.network.rtt,
+        resend_twice=resend,
+        max_retries_per_request=max_retries,
+        skipped_ticks=skipped,
     )
     assert_same(scenario.with_(network=network), policy, seed)

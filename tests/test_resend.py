@@ -98,3 +98,31 @@ def test_resend_twice_is_read_from_toml_and_the_flag(tmp_path) -> None:  # type:
     assert load_config(path)[0].network.resend_twice is True
     args = build_parser().parse_args(["run", "--resend-twice"])
     assert with_fault_flags(Scenario(), args).network.resend_twice is True
+
+
+def test_a_resent_take_whose_copy_finds_nothing_orphans_the_first_runs_job_and_the_run_ends():
+    """An after-wake-up take whose reply a drop catches ran at Redis (job 1 locked to worker 0); its copy at the
+    reconnect finds `wait` empty. The worker never starts job 1: its attempt is orphaned (counted as stopped),
+    its lock lapses and a sweep moves it back, and the run ends once the work is done, not at its horizon."""
+    from emqsim import Block, Fixed, LeasePolicy, Network, Scenario, simulate
+    from emqsim.faults import Outage
+
+    def scenario(resend_twice: bool) -> Scenario:
+        return Scenario(
+            workers=2,
+            jobs=3,
+            arrival_rate=1.0,
+            duration=Fixed(4.0),
+            faults=(Block(worker=0, at=0.1, duration=1.9), Outage(at=2.17, duration=1.0, worker=0)),
+            network=Network(rtt=Fixed(0.2), resend_twice=resend_twice),
+            horizon=60,
+        )
+
+    policy = LeasePolicy(lease=2.0, beat=0.5, scan=1.0, take_mode="after-wakeup")
+    run = simulate(scenario(True), policy, seed=27)
+    orphan = next(a for a in run.attempts if a.job == "1" and a.attempt == 1)
+    assert orphan.worker == 0 and orphan.started_at is None and orphan.outcome == "reclaimed"
+    assert run.final_state == {"wait": 0, "active": 0, "completed": 3, "failed": 0}
+    last = max(a.finish_applied_at for a in run.attempts if a.outcome == "completed")
+    assert run.end < 20 and run.end == simulate(scenario(False), policy, seed=27).end
+    assert last <= run.end
