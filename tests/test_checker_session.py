@@ -43,7 +43,9 @@ def _mini(path: Path, q1: str = "def f():\n    return BASE + 2") -> Path:
         _cell("code", "", "t5", **TEST),
         _cell("code", SWALLOW, "q6", **ANSWER),
         _cell("code", "", "t8", **TEST),
-        _cell("code", "from emqsim.grading.checks import CONTEXT\nCONTEXT['student'] = 'alice'", "q8", **ANSWER),
+        _cell(
+            "code", "from emqsim.grading.checks import CONTEXT\nCONTEXT['student'] = 'alice'", "q8", **ANSWER
+        ),
         _cell("code", "", "t11", **TEST),
         _cell("code", "import emqsim.grading\nemqsim.grading._changed = lambda snap: None", "q7", **ANSWER),
         _cell("code", "", "t9", **TEST),
@@ -154,3 +156,21 @@ def test_a_session_ends_when_its_kernel_is_gone(tmp_path: Path):
     assert session.proc.wait(timeout=30) == 0
     session.close()
     assert not os.path.exists(f"/proc/{session.proc.pid}") or session.proc.returncode == 0
+
+
+def test_a_changed_environment_starts_a_new_session(tmp_path: Path, monkeypatch):
+    """A fresh process would start in the kernel's environment as it is at the check: so does the session."""
+    path = _mini(tmp_path / "mini.ipynb")
+    sessions = _CheckerSessions()
+    reads = (
+        "import os\nassert os.environ.get('EMQSIM_CHECK_PROBE') == {!r}, os.environ.get('EMQSIM_CHECK_PROBE')"
+    )
+    try:
+        monkeypatch.setenv("EMQSIM_CHECK_PROBE", "one")
+        assert sessions.check(path, "t1", ["f"], reads.format("one"), timeout=60).ok
+        first = sessions.sessions[path.resolve()].proc
+        monkeypatch.setenv("EMQSIM_CHECK_PROBE", "two")
+        assert sessions.check(path, "t2", ["f"], reads.format("two"), timeout=60).ok
+        assert first.poll() is not None
+    finally:
+        sessions.close_all()

@@ -107,6 +107,13 @@ def _kill_group(proc: subprocess.Popen[Any]) -> None:
     kill_group(proc, wait=10)
 
 
+def _checker_env() -> dict[str, str]:
+    """The environment a checker process starts in: this process's, less the grading switch."""
+    env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore"}
+    env.pop(GRADING_ENV, None)
+    return env
+
+
 def _run_checker(
     entry: str, request: dict[str, Any], cwd: Path, timeout: float
 ) -> tuple[list[Any], str, bool]:
@@ -114,8 +121,7 @@ def _run_checker(
     end), started in `cwd`, with `request` on stdin and a fresh nonce in it: (the verdicts it printed after
     the nonce, in order; ": <last stderr line>" or ""; whether it ran out of `timeout` s)."""
     nonce = os.urandom(16).hex()
-    env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore"}
-    env.pop(GRADING_ENV, None)
+    env = _checker_env()
     timed_out = False
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
@@ -169,8 +175,7 @@ class _CheckerSession:
     one JSON line each with a fresh nonce; its verdicts and end marks come back on its stdout after the nonce."""
 
     def __init__(self, path: Path) -> None:
-        env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONWARNINGS": "ignore"}
-        env.pop(GRADING_ENV, None)
+        self.env = env = _checker_env()
         self.err = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the session
         self.proc = subprocess.Popen(
             [sys.executable, "-P", "-c", "from emqsim.grading.checker import _session_main; _session_main()"],
@@ -261,6 +266,11 @@ class _CheckerSessions:
         with self.lock:
             for _ in range(2):  # a second time only after a restart, in a new session
                 session = self.sessions.get(path)
+                if session is not None and session.env != _checker_env():
+                    # the kernel's environment changed since the session started (a fresh process would
+                    # start in the new one): start over in it
+                    self.sessions.pop(path).close()
+                    session = None
                 if session is None:
                     if not self.closing:
                         import atexit
