@@ -55,7 +55,8 @@ def _closed_form(n: int, sent: int, drop: int, down: int) -> str:
     reached Redis before the drop has run (its record stays completed, whatever ioredis does with the
     reply); one on the wire is `sent_ms` 0; one sent at or after the drop waits in the offline queue, where
     `finish_fate` counts the drop's millisecond as 1 (a command sent in a flush's millisecond, after it,
-    waits for the next flush: see the report of this branch)."""
+    waits for the next flush, as `finish_fate`'s own comment says, while its code catches a finish sent at
+    `sent_ms` by a flush at `sent_ms`)."""
     if sent + RTT_MS // 2 < drop:
         return "waits"
     if sent < drop:
@@ -137,6 +138,7 @@ def test_max_retries_explore_meets_finish_fate(n: int, around: int, lengths: tup
         result.points - result.counts["live_never_reclaimed"] == fates["lost"]
     )  # reclaimed from a live worker
     assert result.counts["no_job_lost"] == result.counts["no_duplicate_completion"] == result.points
+    assert result.reclaimed == fates["lost"]  # a failure the worker sent (moveToFailed) is not a reclaim
     assert fates["failed"] and fates["waits"] and (fates["lost"] or n == 1)
 
 
