@@ -94,15 +94,47 @@ def _finish_sent_ms(sp) -> int:  # type: ignore[no-untyped-def]
     return round(run.attempts[0].finished_at * 1000)
 
 
+ORDER = ("waits", "failed", "lost")
+
+
+def _count_fates(n: int, sent: int, drops: tuple[int, int], lengths: tuple[int, int]) -> dict[str, int]:
+    """How many (drop, length) points of the ranges have each fate, by the closed form. For one drop the
+    fate only worsens with the length (the reconnect comes later, past more flushes), so each drop's two
+    thresholds are found by bisection (checked at both sides) instead of calling `finish_fate` per point."""
+    counts = dict.fromkeys(ORDER, 0)
+    for drop in range(drops[0], drops[1] + 1):
+        rank = [lengths[0]]  # the first length of each fate from the second on
+        for worse in ORDER[1:]:
+            lo, hi = rank[-1], lengths[1] + 1  # the first length at least as bad as `worse`, in lo..hi
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if ORDER.index(_closed_form(n, sent, drop, mid)) >= ORDER.index(worse):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            rank.append(lo)
+        rank.append(lengths[1] + 1)
+        for i, fate in enumerate(ORDER):
+            if rank[i + 1] > rank[i]:
+                first, last = max(rank[i], lengths[0]), rank[i + 1] - 1
+                assert _closed_form(n, sent, drop, first) == _closed_form(n, sent, drop, last) == fate
+            counts[fate] += max(0, rank[i + 1] - max(rank[i], lengths[0]))
+    return counts
+
+
 @pytest.mark.parametrize(
-    ("n", "around", "lengths"),
+    ("n", "around"),
     [
-        (0, 0, (900, 2100)),  # the disconnect's own flush: on the wire, at Redis, sent in the drop's ms
-        (0, 1000, (900, 2100)),  # a finish sent at the second flush's millisecond waits for the third
-        (1, 1000, (900, 1100)),  # n = 1: the first flush is the first failed reconnect attempt's (1 s)
+        (0, 0),  # the disconnect's own flush: on the wire, at Redis, sent in the drop's ms
+        (0, 1000),  # a finish sent in the second flush's millisecond waits for the third
+        (
+            1,
+            0,
+        ),  # n = 1: the first flush is the first failed reconnect attempt's (1 s), then the third's (3 s)
+        (1, 1000),
     ],
 )
-def test_max_retries_explore_meets_finish_fate(n: int, around: int, lengths: tuple[int, int]) -> None:
+def test_max_retries_explore_meets_finish_fate(n: int, around: int) -> None:
     """Every outage offset (finish sent from 15 ms before the drop to 15 ms after `around`) and length: the
     finish is lost, failed or waits exactly where `finish_fate` says (checked at every point by a property,
     and counted), and explore's properties say so: a lost finish runs the job twice, a failed one is lost
@@ -117,6 +149,7 @@ def test_max_retries_explore_meets_finish_fate(n: int, around: int, lengths: tup
         max_retries_per_request=n,
     )  # fmt: skip  (2 s of work: a drop 1 s before the finish comes after the job's start)
     sent = _finish_sent_ms(probe)
+    lengths = (900, 3100)  # each fate, for n = 0 and 1
     drops = (sent - around - 15, sent - around + 15)
     offsets = (drops[0] - RTT_MS, drops[1] - RTT_MS)  # the space places the drop at start (one rtt) + offset
     agrees = Property("meets_finish_fate", _MeetsFinishFate(n))
@@ -127,10 +160,7 @@ def test_max_retries_explore_meets_finish_fate(n: int, around: int, lengths: tup
     )  # fmt: skip
     result = explore(sp, ties=False)
     assert result.counts["meets_finish_fate"] == result.points
-    fates = {"waits": 0, "failed": 0, "lost": 0}
-    for drop in range(drops[0], drops[1] + 1):
-        for down in range(lengths[0], lengths[1] + 1):
-            fates[_closed_form(n, sent, drop, down)] += 1
+    fates = _count_fates(n, sent, drops, lengths)
     assert result.points == sum(fates.values())
     assert result.points - result.counts["no_duplicate_execution"] == fates["lost"]
     assert result.points - result.counts["no_finish_lost"] == fates["lost"] + fates["failed"]
@@ -139,7 +169,7 @@ def test_max_retries_explore_meets_finish_fate(n: int, around: int, lengths: tup
     )  # reclaimed from a live worker
     assert result.counts["no_job_lost"] == result.counts["no_duplicate_completion"] == result.points
     assert result.reclaimed == fates["lost"]  # a failure the worker sent (moveToFailed) is not a reclaim
-    assert fates["failed"] and fates["waits"] and (fates["lost"] or n == 1)
+    assert fates["failed"] and fates["waits"] and fates["lost"]
 
 
 @dataclass(frozen=True)
@@ -243,3 +273,20 @@ def test_cli_explore_with_max_retries_and_resend(capsys) -> None:  # type: ignor
         main(["explore", "--fault", "outage,length=1", "--max-retries-per-request", "-1"])
     assert exc.value.code == 2
     assert "must be >= 0" in capsys.readouterr().err
+
+
+def test_a_redis_restart_meets_the_same_fates_as_an_outage_of_the_workers_connection() -> None:
+    """A restart drops every client, the job's worker's too: with maxRetriesPerRequest 0 its finish is lost,
+    failed or waits at exactly as many timings as under an outage of that worker's connection alone, and
+    with null (the default) nothing fails."""
+    policy, length = preset("bullmq"), {"length": (900, 3100)}
+    common = {"duration": 2 * DURATION_MS / 1000, "rtt": RTT_MS / 1000, "sweep_phases": False}
+    counts = {}
+    for kind in ("outage", "restart"):
+        fault = FaultSpec(kind, offset=(1995, 2025), params=length)
+        result = explore(space(policy, [fault], max_retries_per_request=0, **common), ties=False)  # type: ignore[arg-type]
+        counts[kind] = result.counts
+    assert counts["restart"] == counts["outage"]
+    assert counts["outage"]["no_finish_lost"] < counts["outage"]["no_duplicate_execution"] < 31 * 2201
+    fault = FaultSpec("restart", offset=(1995, 2025), params=length)
+    assert explore(space(policy, [fault], **common), ties=False).violated() == []  # type: ignore[arg-type]
