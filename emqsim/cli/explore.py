@@ -16,6 +16,7 @@ from emqsim.explore import (
     space,
 )
 from emqsim.explore.report import _where, as_json, format_exploration
+from emqsim.explore.space import _check_network
 from emqsim.policies import ReclaimPolicy
 
 
@@ -107,6 +108,19 @@ def add_explore_arguments(p: Any) -> None:
     )
     p.add_argument("--duration", type=seconds, help="the job's work (default: 1 s past the latest offset)")
     p.add_argument("--rtt", type=seconds, default=0.002, help="fixed round trip (default 0.002)")
+    p.add_argument(
+        "--resend-twice",
+        action="store_true",
+        help="ioredis resends a command whose reply a drop caught, so it runs twice (Network.resend_twice; "
+        "needs an outage, restart or failover fault; the world gets a backlog of 3 jobs)",
+    )
+    p.add_argument(
+        "--max-retries-per-request",
+        type=whole(0),
+        metavar="N",
+        help="the workers' ioredis maxRetriesPerRequest: a drop rejects waiting commands at every (N+1)-th "
+        "reconnect attempt (Network.max_retries_per_request; needs an outage, restart or failover fault)",
+    )
     p.add_argument("--bound", type=seconds, help="check that a dead worker's job is reclaimed within BOUND s")
     p.add_argument("--vary-renewal", action="store_true", help="also search the job's worker's renewal phase")
     p.add_argument("--pin-sweeps", action="store_true", help="pin every sweep phase to 0 (fewer runs)")
@@ -164,11 +178,16 @@ def cmd_explore(args: Any) -> int:
     faults = args.fault or [FaultSpec("crash")]
     if len(faults) > 2:
         raise ConfigError(f"--fault: give one fault or a pair, not {len(faults)}")
+    _check_network(faults, args.resend_twice, args.max_retries_per_request, flags=True)
     if args.plot:  # the files it may write, checked before the exploration rather than after it
         from emqsim.fileio import writable_problem
 
         path = Path(args.plot)
-        names = [f"{path.stem}-{p.name}{path.suffix}" for p in default_properties(args.bound)]
+        executions = args.resend_twice or args.max_retries_per_request is not None
+        names = [
+            f"{path.stem}-{p.name}{path.suffix}"
+            for p in default_properties(args.bound, executions=executions)
+        ]
         problem = writable_problem(path, *names)
         if problem:
             raise ConfigError(f"--plot: {names[0]} and the like cannot be written: {problem}")
@@ -181,6 +200,8 @@ def cmd_explore(args: Any) -> int:
         vary_renewal=args.vary_renewal,
         sweep_phases=not args.pin_sweeps,
         bound=args.bound,
+        resend_twice=args.resend_twice,
+        max_retries_per_request=args.max_retries_per_request,
     )
     estimate = estimate_runs(sp, ties=not args.no_ties)
     if estimate > args.max_runs and not args.yes:

@@ -23,6 +23,8 @@ from emqsim.explore.faults import FAULT_KINDS, HOLDER, OTHER, FaultKind, FaultSp
 from emqsim.explore.properties import (
     LIVE_NEVER_RECLAIMED,
     NO_DUPLICATE_COMPLETION,
+    NO_DUPLICATE_EXECUTION,
+    NO_FINISH_LOST,
     NO_JOB_LOST,
     Property,
     dead_reclaimed_within,
@@ -32,13 +34,16 @@ from emqsim.explore.report import as_json, format_exploration
 from emqsim.explore.results import Boundary, Counterexample, Exploration, TieDependence, counterexample_run
 from emqsim.explore.running import explore
 from emqsim.explore.search import Sig, _metric_ms
-from emqsim.explore.space import TIE_VARIANTS, Dim, Space, space
+from emqsim.explore.space import DROPS, TIE_VARIANTS, Dim, Space, space
 
 __all__ = [
+    "DROPS",
     "FAULT_KINDS",
     "HOLDER",
     "LIVE_NEVER_RECLAIMED",
     "NO_DUPLICATE_COMPLETION",
+    "NO_DUPLICATE_EXECUTION",
+    "NO_FINISH_LOST",
     "NO_JOB_LOST",
     "OTHER",
     "TIE_VARIANTS",

@@ -33,6 +33,16 @@ def _wrap(line: str, width: int) -> str:
     return textwrap.fill(line, width, subsequent_indent=indent, break_on_hyphens=False)
 
 
+def _network_lines(sp: Any) -> list[str]:
+    """The explored world's network settings, if any (`space(resend_twice=..., max_retries_per_request=...)`)."""
+    said = []
+    if sp.resend_twice:
+        said.append(f"a command whose reply a drop caught runs twice (resend_twice; {sp.jobs} jobs)")
+    if sp.max_retries_per_request is not None:
+        said.append(f"ioredis maxRetriesPerRequest {sp.max_retries_per_request}")
+    return ["network: " + "; ".join(said)] if said else []
+
+
 def format_exploration(result: Exploration, width: int = 100) -> str:
     """The report `python -m emqsim explore` prints, wrapped to `width` columns (0: unwrapped)."""
     sp = result.space
@@ -47,6 +57,7 @@ def format_exploration(result: Exploration, width: int = 100) -> str:
         f"explored {result.points:,} timings of {faults} under {sp.policy!r} with {result.runs:,} runs",
         "coordinates (ms): " + ", ".join(f"{d.role} {d.lo}..{d.hi}" for d in sp.dims),
         "pinned (ms): " + (", ".join(f"{k} {v}" for k, v in sorted(sp.pinned.items())) or "-"),
+        *_network_lines(sp),
         "",
         "fault -> reclaim of the job's first attempt (every timing weighs the same):",
         f"  min {_s(result.latency_min)}  mean {_s(result.latency_mean)}  max {_s(result.latency_max)}"
@@ -97,6 +108,8 @@ def as_json(result: Exploration) -> dict[str, Any]:
         "faults": [{"kind": f.kind, "target": f.target} for f in sp.faults],
         "coordinates_ms": {d.role: [d.lo, d.hi] for d in sp.dims},
         "pinned_ms": dict(sp.pinned),
+        "network": {"resend_twice": sp.resend_twice, "max_retries_per_request": sp.max_retries_per_request},
+        "jobs": sp.jobs,
         "points": result.points,
         "runs": result.runs,
         "latency": {

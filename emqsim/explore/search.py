@@ -15,11 +15,14 @@ Sig = tuple  # what a run's outcome is, as a hashable value: two points with equ
 
 
 def _metric_ms(run: Run, fault_ms: int) -> int | None:
-    """Fault -> the first reclaim (or sweep failure) of the job's first attempt, ms; None if never."""
+    """Fault -> the first reclaim (or sweep failure) of the job's first attempt, ms; None if never. A failure
+    its own worker sent (BullMQ's moveToFailed after ioredis rejected the finish, `max_retries_per_request`)
+    is not a reclaim: a sweep's failure names the sweeper (`reclaimed_by`)."""
     first = run.attempts[0] if run.attempts else None
     if first is None:
         return None
-    end = first.reclaimed_at if first.reclaimed_at is not None else first.failed_at
+    swept_failure = first.failed_at if first.reclaimed_by is not None else None
+    end = first.reclaimed_at if first.reclaimed_at is not None else swept_failure
     return None if end is None else round(end * 1000) - fault_ms
 
 

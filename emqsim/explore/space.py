@@ -29,6 +29,11 @@ TIE_VARIANTS = (
 )
 
 
+# Fault kinds that drop a worker's connection (an `Outage`), the only ones the network settings act on.
+DROPS = ("outage", "restart", "failover")
+RESEND_BACKLOG = 3  # jobs in a world with resend_twice: two workers busy and one waiting, as finish-freeze's
+
+
 @dataclass(frozen=True)
 class Dim:
     """One coordinate of the space: `role` says what it sets ("fault0.offset", "fault0.length",
@@ -57,6 +62,10 @@ class Space:
     horizon_ms: int
     properties: tuple[Property, ...]
     step: int = 1  # every coordinate is sampled at least every `step` ms before bisecting
+    # the explored world's Network (docs/explore.md, "Network settings"): ioredis resending a command whose
+    # reply a drop caught, and its maxRetriesPerRequest (None: null)
+    resend_twice: bool = False
+    max_retries_per_request: int | None = None
 
     @property
     def points(self) -> int:
@@ -84,13 +93,25 @@ class Space:
         scenario = Scenario(
             name="explore",
             workers=self.workers,
-            jobs=max(FAULT_KINDS[spec.kind].jobs for spec in self.faults),  # a backlog if a kind needs one
+            jobs=self.jobs,
             duration=Fixed(self.duration_ms / 1000),
             faults=tuple(f for f in faults if not isinstance(f, SkippedTick)),
-            network=Network(rtt=Fixed(self.rtt_ms / 1000)),
+            network=Network(
+                rtt=Fixed(self.rtt_ms / 1000),
+                resend_twice=self.resend_twice,
+                max_retries_per_request=self.max_retries_per_request,
+            ),
             horizon=self.horizon_ms / 1000,
         )
         return scenario, phases
+
+    @property
+    def jobs(self) -> int:
+        """Jobs in the world: one, or a backlog of three for two workers if a fault kind needs one, or with
+        `resend_twice` (so that a resent finish has a job its first run's fetchNext took to orphan)."""
+        return max(
+            [RESEND_BACKLOG if self.resend_twice else 1, *(FAULT_KINDS[f.kind].jobs for f in self.faults)]
+        )
 
     def skipped_ticks(self, point: Sequence[int]) -> tuple[int, ...]:
         """The offsets (ms into the job) of the point's `skip` faults, for `simulate(skipped_ticks_at=...)`."""
@@ -135,6 +156,40 @@ def _steady_window(policy: ReclaimPolicy, workers: int, rtt_ms: int, tick_ms: in
     return (first_send + 1 - rtt_ms, first_send + period - rtt_ms)
 
 
+def _check_network(
+    faults: Sequence[FaultSpec], resend_twice: bool, max_retries: int | None, flags: bool = False
+) -> None:
+    """Refuse network settings that would change nothing (no connection drop among the faults) or that the
+    model does not have (with a silent partition), in one line naming them as arguments (`flags`: as the
+    command line's flags)."""
+    Network(resend_twice=resend_twice, max_retries_per_request=max_retries)  # the types, as a Network says
+    names = [
+        ("--" + name.replace("_", "-")) if flags else name
+        for name, on in (("resend_twice", resend_twice), ("max_retries_per_request", max_retries is not None))
+        if on
+    ]
+    if not names:
+        return
+    kinds = {f.kind for f in faults}
+    what = " and ".join(names)
+    if "partition" in kinds:
+        raise ConfigError(
+            f"{what}: not modelled with a silent partition (ioredis sees no close until TCP gives up); use "
+            "an outage fault instead"
+        )
+    if not kinds & set(DROPS):
+        raise ConfigError(
+            f"{what}: {'they act' if len(names) > 1 else 'it acts'} only on a dropped connection, so "
+            f"{'they change' if len(names) > 1 else 'it changes'} nothing here: add an "
+            f"{', '.join(DROPS[:-1])} or {DROPS[-1]} fault, e.g. "
+            + (
+                "--fault outage,length=0.5:2"
+                if flags
+                else "FaultSpec('outage', params={'length': (500, 2000)})"
+            )
+        )
+
+
 def space(
     policy: ReclaimPolicy,
     faults: Sequence[FaultSpec],
@@ -148,6 +203,8 @@ def space(
     properties: Sequence[Property] | None = None,
     bound: float | None = None,
     step: int | None = None,
+    resend_twice: bool = False,
+    max_retries_per_request: int | None = None,
 ) -> Space:
     """The space to explore: `policy` in a world of `workers` workers and one job of `duration` seconds
     (default: 1 s past the latest fault offset), a fixed round trip `rtt`, and `faults` (one or two).
@@ -159,6 +216,9 @@ def space(
     `properties` defaults to `default_properties(bound)`. `step` (ms) is how densely every coordinate is
     sampled before bisecting (default: an eighth of the shortest timer period, the sweep's or the renewal
     tick's): a pattern narrower than that which appears only between two samples can be missed.
+    `resend_twice` and `max_retries_per_request` set the world's `Network` (they act on a dropped connection
+    only, so they need an `outage`, `restart` or `failover` fault) and add the properties
+    `no_duplicate_execution` and `no_finish_lost` to the default ones.
     """
     if not isinstance(policy, ReclaimPolicy):
         raise ConfigError(f"policy must be a ReclaimPolicy, got {policy!r}")
@@ -166,6 +226,7 @@ def space(
         raise ConfigError(f"explore takes one fault or a pair, got {len(faults)}")
     if not isinstance(workers, int) or workers < 2:
         raise ConfigError(f"explore needs at least 2 workers (one to fail, one to recover), got {workers!r}")
+    _check_network(faults, resend_twice, max_retries_per_request)
     rtt_ms = round(rtt * 1000)
     if rtt_ms < 1:
         raise ConfigError(f"rtt must be at least 0.001 s, got {rtt}")
@@ -217,7 +278,8 @@ def space(
         else 2 * (latest + duration_ms + longest) + 10 * (period + (tick_ms or 0)) + 600_000
     )
     if properties is None:
-        properties = default_properties(bound)
+        network = resend_twice or max_retries_per_request is not None
+        properties = default_properties(bound, executions=network)
     if step is None:
         step = max(1, min(x for x in (period, tick_ms) if x) // 8)
     if not isinstance(step, int) or step < 1:
@@ -235,4 +297,6 @@ def space(
         horizon_ms=horizon_ms,
         properties=tuple(properties),
         step=step,
+        resend_twice=resend_twice,
+        max_retries_per_request=max_retries_per_request,
     )
