@@ -347,15 +347,17 @@ def max_retries_flush_ms(n: int, after_ms: int) -> int:
     return reconnect_attempt_ms(k)
 
 
-def finish_fate(n: int, down_ms: int, sent_ms: int = 0) -> str:
+def finish_fate(n: int, down_ms: int, sent_ms: int = -1) -> str:
     """What becomes of a BullMQ finish (moveToCompleted) sent `sent_ms` after its worker's connection
-    dropped (0: on the wire when it dropped), the network back `down_ms` after the drop, on a Worker whose
-    client has `maxRetriesPerRequest` = n: "waits" (it reaches Redis at the reconnect), "failed" (rejected
-    at a flush; the moveToFailed BullMQ sends then reaches Redis at the reconnect: the job fails with the
-    error, or is retried if attempts are left) or "lost" (the moveToFailed is rejected at the next flush
-    too: the job stays active, its lock lapses and the stalled check moves it back to run again)."""
+    dropped (negative, the default: on the wire when it dropped; one sent in a flush's own millisecond comes
+    after that flush, as in the simulator's event order, and waits for the next), the network back `down_ms`
+    after the drop, on a Worker whose client has `maxRetriesPerRequest` = n: "waits" (it reaches Redis at the
+    reconnect), "failed" (rejected at a flush; the moveToFailed BullMQ sends then reaches Redis at the
+    reconnect: the job fails with the error, or is retried if attempts are left) or "lost" (the moveToFailed
+    is rejected at the next flush too: the job stays active, its lock lapses and the stalled check moves it
+    back to run again). The same rule as `Client.flush_at`'s."""
     back = reconnect_after_ms(down_ms)
-    first = max_retries_flush_ms(n, sent_ms - 1)  # a command sent in a flush's millisecond waits for the next
+    first = max_retries_flush_ms(n, sent_ms)
     if first >= back:
         return "waits"
     return "lost" if max_retries_flush_ms(n, first) < back else "failed"

@@ -53,15 +53,12 @@ def _fate(run: Run) -> str:
 def _closed_form(n: int, sent: int, drop: int, down: int) -> str:
     """`finish_fate` for a finish sent at `sent` (ms) and a drop at `drop` lasting `down`: a finish that
     reached Redis before the drop has run (its record stays completed, whatever ioredis does with the
-    reply); one on the wire is `sent_ms` 0; one sent at or after the drop waits in the offline queue, where
-    `finish_fate` counts the drop's millisecond as 1 (a command sent in a flush's millisecond, after it,
-    waits for the next flush, as `finish_fate`'s own comment says, while its code catches a finish sent at
-    `sent_ms` by a flush at `sent_ms`)."""
+    reply); one on the wire is `sent_ms` -1; one sent at or after the drop waits in the offline queue."""
     if sent + RTT_MS // 2 < drop:
         return "waits"
     if sent < drop:
-        return finish_fate(n, down, 0)
-    return finish_fate(n, down, sent - drop + 1)
+        return finish_fate(n, down)
+    return finish_fate(n, down, sent - drop)
 
 
 @dataclass(frozen=True)
