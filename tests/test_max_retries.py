@@ -193,3 +193,21 @@ def test_rejections_keep_every_job_in_one_structure_and_elision_changes_nothing(
     if result.ended_by == "done":
         assert result.final_state["wait"] == 0 and result.final_state["active"] == 0
     assert_same(scenario, policy, seed)
+
+
+def test_a_finish_sent_in_a_flushs_millisecond_waits_for_the_next_flush() -> None:
+    """maxRetriesPerRequest 0: the flushes come at the drop and every second after it. A finish sent exactly
+    1 s after the drop comes after that second's flush (the simulator's event order): it waits for the next,
+    at 2 s, but the client is back at 1.5 s, so the job completes once; `finish_fate` says the same."""
+    scenario = Scenario(
+        workers=2,
+        jobs=1,
+        duration=Fixed(20.0),
+        faults=(Outage(at=19.004, duration=1.5, worker=0),),
+        network=Network(max_retries_per_request=0),
+    )
+    run = simulate(scenario, preset("bullmq"), seed=0)
+    first = next(a for a in run.attempts if a.job == "0")
+    assert round((first.finished_at - 19.004) * 1000) == 1000
+    assert [a.outcome for a in run.attempts] == [COMPLETED]
+    assert finish_fate(0, 1500, 1000) == "waits" and finish_fate(0, 1500, 999) == "failed"
