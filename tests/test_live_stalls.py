@@ -526,9 +526,13 @@ def test_a_live_worker_rejects_its_held_requests_at_ioredis_flushes(
             assert [e.detail for e in released] == [error]
         else:
             assert abs(attempt.finish_applied_at - 13.0) <= MARGIN and not lost
-    if first[0].reclaimed_at is not None:  # one worker: the stalled checks run on the same phases
-        assert abs(first[0].reclaimed_at - first[1].reclaimed_at) <= MARGIN
-    assert abs(live.end - sim.end) <= MARGIN
+    # One worker sweeps on the simulator's phase, but a live check sent one interval after the last one's
+    # reply can still meet its `stalled-check` key (set for exactly one interval; a ms edge of Redis's clock,
+    # seen here before any outage too): it is skipped and the reclaim, and the end, come one scan later.
+    scan = policy.sweep_interval_ms / 1000
+    if first[0].reclaimed_at is not None:
+        assert abs(first[0].reclaimed_at - first[1].reclaimed_at) <= MARGIN + scan
+    assert abs(live.end - sim.end) <= MARGIN + scan
     assert live.final_state == sim.final_state
 
 
