@@ -609,3 +609,47 @@ def test_a_live_worker_rejects_a_held_request_at_the_flush() -> None:
     assert isinstance(reply, Rejected) and reply.ran and reply.reply == 3 and len(sent) == 3
     w.flushes = [(now + 60, now + 61, now + 62, False)]
     assert w.request("finish", command)[1] == 4  # outside the spans: as usual
+
+
+def test_a_live_finish_that_ran_before_the_drop_is_rejected_and_its_fetched_job_orphaned(
+    need_redis, steady_live
+) -> None:
+    """A rejected request that had already run at Redis (the simulator's `REJECTED_RAN`), live: the
+    resent-finish timing above (round trip 0.2 s, worker 0's finish held by a block until 2.6 s, the drop at
+    2.77 s) with `maxRetriesPerRequest` 0 instead of a resend: the disconnect itself flushes, and a finish
+    sent in [2.57, 2.67) s had reached Redis first, so it runs on the real server (the job completes and its
+    fetchNext locks job 3 to the worker), the worker learns of it only as a rejection at 2.77 s and sends
+    moveToFailed, which reaches Redis at the reconnect (3.77 s) and is refused (Missing lock), leaving the
+    records as the finish left them. Job 3, taken and never started, is reclaimed after its lease and runs
+    again. The simulator's attempts, outcomes and finish count (four finishes and the moveToFailed)."""
+    from dataclasses import replace
+
+    from emqsim import Network
+    from emqsim.presets import preset
+
+    base = resent_finish_live(False)
+    scenario = replace(base, network=Network(rtt=Fixed(0.2), max_retries_per_request=0))
+    policy = preset("bullmq", lease=2.0, scan=1.0)
+    scale, margin = 0.5, 0.15 / 0.5
+    live = steady_live(scenario, policy, time_scale=scale, seed=0)
+    sim = simulate(scenario, policy, seed=0)
+    assert (
+        outcomes(live)
+        == outcomes(sim)
+        == [
+            ("0", 1, "completed", None),
+            ("1", 1, "completed", None),
+            ("2", 1, "completed", None),
+            ("3", 1, "reclaimed", "alive"),
+            ("3", 2, "completed", None),
+        ]
+    )
+    assert live.requests["finish"] == sim.requests["finish"] == 5
+    assert live.final_state == sim.final_state == {"wait": 0, "active": 0, "completed": 4, "failed": 0}
+    for run in (live, sim):
+        orphan = next(a for a in run.attempts if a.job == "3" and a.attempt == 1)
+        ran = next(a for a in run.attempts if a.worker == 0 and a.finish_applied_at == orphan.taken_at)
+        assert ran.finish_result == "accepted" and ran.finish_applied_at < 2.77  # before the drop
+        assert orphan.worker == 0 and orphan.started_at is None
+        latency = orphan.reclaimed_at - orphan.taken_at
+        assert 2.0 - margin <= latency <= 2.0 + 2 * 1.0 + margin, latency  # lease, then the two-phase sweep
