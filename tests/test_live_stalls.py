@@ -511,6 +511,7 @@ def test_a_live_worker_rejects_its_held_requests_at_ioredis_flushes(
     sim = simulate(scenario, policy, seed=0)
     assert outcomes(live) == outcomes(sim) == want
     assert live.requests["finish"] == sim.requests["finish"]  # a moveToFailed counts as one, rejected or not
+    assert live.requests["take"] == sim.requests["take"]  # so does a moveToActive rejected after the give-up
     error = MAX_RETRIES_ERROR.format(n=max_retries)
     first = [next(a for a in r.attempts if a.attempt == 1) for r in (live, sim)]
     for run, attempt in zip((live, sim), first, strict=True):

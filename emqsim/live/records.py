@@ -208,7 +208,8 @@ def build_run(self: RunFacts, end: float, ended_by: str) -> Run:
     kinds = {"take": "take", "finishing": "finish", "failing": "finish", "renew": "renew", "sweep": "sweep"}
     counts = {"poll": sum(p.counts.get("poll", 0) for p in procs.values())}
     for ev in self.events:
-        kind = ev["kind"] if ev["e"] == "resent" else kinds.get(ev["e"])  # a finish's resent copy counts too
+        # a finish's resent copy counts too, and a take rejected at a flush (live.flushes)
+        kind = ev["kind"] if ev["e"] in ("resent", "rejected") else kinds.get(ev["e"])
         if ev.get("fetched"):  # a take by a finish's fetchNext: in the finish's round trip, as the simulator
             continue
         if kind is not None and ev not in self.synthetic_takes:

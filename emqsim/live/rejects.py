@@ -88,9 +88,11 @@ class Rejecting:
         """A rejected take (moveToActive): a job its run at Redis took is orphaned (taken, never started);
         BullMQ fetches again, which the simulator's marker wait lets happen at the reconnect -> the token of
         the next take."""
-        if got.ran and got.reply is not None:
+        if got.ran and got.reply is not None:  # (its take counts the request in the records)
             self.emit("take", job=got.reply, token=token, t=sent, s=None, orphan=True)
             token = self.new_token()
+        else:
+            self.emit("rejected", kind="take", t=sent)  # one moveToActive in the records' request count
         back = self.reconnect_at(time.time())
         if back is not None:
             self.sleep_until(back)
