@@ -78,8 +78,10 @@ class Rejecting:
     def renew_rejected(self, got: Rejected, due: list[tuple[str, str]], sent: float) -> list[str]:
         """A rejected renewal: recorded as Redis ran it (`ran`), or lost (`renew_lost`, at its send time, as
         the simulator's `Server.renewal_lost`); its jobs stay tracked either way -> no failed jobs."""
-        if got.ran:
+        if got.ran and isinstance(got.reply, list):
             self.emit("renew", t=sent, held=due, failed=got.reply)
+        elif got.ran:  # refused READONLY by a failover's demoted primary: nothing extended
+            self.emit("renew", t=sent, held=due, failed=[], readonly=True)
         else:
             self.emit("renew", t=sent, held=due, failed=None, rejected=True)
         return []
@@ -88,7 +90,7 @@ class Rejecting:
         """A rejected take (moveToActive): a job its run at Redis took is orphaned (taken, never started);
         BullMQ fetches again, which the simulator's marker wait lets happen at the reconnect -> the token of
         the next take."""
-        if got.ran and got.reply is not None:  # (its take counts the request in the records)
+        if got.ran and isinstance(got.reply, str):  # (its take counts the request in the records)
             self.emit("take", job=got.reply, token=token, t=sent, s=None, orphan=True)
             token = self.new_token()
         else:
@@ -101,7 +103,7 @@ class Rejecting:
     def finish_rejected(self, got: Rejected, job: str, token: str, sent: float, nxt: str | None) -> Any:
         """A rejected finish: recorded as Redis ran it, if it did (and the job its fetchNext took is orphaned);
         then BullMQ's handleFailed: moveToFailed with ioredis's error (`fail_job`) -> what that returns."""
-        if got.ran:
+        if got.ran and isinstance(got.reply, list):  # (refused READONLY: the records show nothing)
             code, active = got.reply[:2]
             self.emit("finished", job=job, token=token, t=sent, r=time.time(), code=code, active=active)
             if nxt is not None and len(got.reply) > 2 and got.reply[2]:
@@ -114,7 +116,7 @@ class Rejecting:
         """A rejected moveToFailed (`after`: it follows a finish that had run): recorded as Redis ran it, if it
         did; else, after a finish that never ran, the finish is given up (`given_up`: `finish_rejected` with
         ioredis's error at the flush; the job stays active and its lock lapses)."""
-        if got.ran:
+        if got.ran and isinstance(got.reply, list):
             code, active, retried = got.reply[:3]
             if not (after and code != 0):  # the copy of a finish that ran is refused: the records stay
                 self.emit(
@@ -129,5 +131,5 @@ class Rejecting:
                 )
             if nxt is not None and got.reply[3]:
                 self.emit("take", job=str(got.reply[3]), token=nxt, t=sent, s=None, fetched=True, orphan=True)
-        elif not after:
+        elif not got.ran and not after:
             self.emit("given_up", job=job, token=token, t=time.time(), error=self.max_retries_error)
