@@ -467,8 +467,8 @@ def test_a_live_resent_take_runs_twice_and_orphans_the_job_its_first_run_took(
 def max_retries_live(max_retries: int | None, outage_for: float) -> tuple[Scenario, LeasePolicy]:
     """`max-retries-outage` timed for real time: one worker and one 8 s job (the standard one's two workers
     race for the jobs live, so the outage could hit another job than in the simulator), and the `bullmq`
-    preset with a 10 s lock and a 5 s stalled check (its 30 s ones take about 50 s to reclaim the lost
-    finish's job; here 18 s, 4.5 s real at time_scale 0.25). The worker's connection drops when the work
+    preset with a 10 s lock and a 5 s stalled check (with its 30 s ones the lost finish's job is reclaimed
+    at 47.8 s; here at 18.0 s, 4.5 s real at time_scale 0.25). The worker's connection drops when the work
     ends (8 s): with `maxRetriesPerRequest` 0 ioredis flushes at 9 and 10 s (`faults.max_retries_flush_ms`)."""
     from emqsim import standard
     from emqsim.presets import preset
