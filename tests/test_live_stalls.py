@@ -423,7 +423,7 @@ def test_a_live_resent_take_runs_twice_and_orphans_the_job_its_first_run_took(
     catches its reply: the take ran (job 1 locked to worker 0, never started), and its copy at the reconnect
     finds `wait` empty. Job 1's lock lapses and a sweep moves it back; it completes on its second attempt. The
     simulator's attempts and outcomes, the orphan's take and reclaim times (`resend_twice=False` is the finish
-    test's, above). Both runs end once the work is done (the orphaned take counted as stopped)."""
+    test's, above). The simulated run ends once the work is done (the orphaned take counted as stopped)."""
     from emqsim import Block, Network
     from emqsim.faults import Outage
 
@@ -460,7 +460,7 @@ def test_a_live_resent_take_runs_twice_and_orphans_the_job_its_first_run_took(
     # taken when it reached Redis: live at once, simulated half the 0.2 s round trip after the send at 2.0 s
     assert abs(orphans[0].taken_at - (orphans[1].taken_at - 0.1)) <= margin
     assert abs(orphans[0].reclaimed_at - orphans[1].reclaimed_at) <= margin + 0.1 + 1.0  # the sweeps' phases
-    assert sim.end < 20 and abs(live.end - sim.end) <= margin + 0.1 + 1.0
+    assert sim.end < 20  # the orphaned take counted as stopped (live: `children.py`)
 
 
 # -- ioredis's maxRetriesPerRequest: requests rejected at a queue flush (Network(max_retries_per_request)) -------
