@@ -153,11 +153,7 @@ def _run_session(sock: str, workdir: Path) -> list[Victim]:
             v.done.wait(max(0.0, end - time.time()))
         time.sleep(0.3)  # late events
         for v in victims:
-            for state in ("completed", "failed", "active", "wait"):
-                key = f"bull:{v.queue}:{state}"
-                members = rdb.lrange(key, 0, -1) if rdb.type(key) == b"list" else rdb.zrange(key, 0, -1)
-                if b"1" in members:
-                    v.final_state = state
+            v.final_state = vb.job_state(rdb, v.queue, "1")
     finally:
         vb.end_session(timers, procs, [v.proxy for v in victims])
     return victims

@@ -155,12 +155,7 @@ def _run_session(sock: str, workdir: Path) -> list[Victim]:
         time.sleep(0.3)  # late events
         for v in victims:
             for job in ("1", "2"):
-                v.final[job] = None
-                for state in ("completed", "failed", "active", "wait"):
-                    key = f"bull:{v.queue}:{state}"
-                    members = rdb.lrange(key, 0, -1) if rdb.type(key) == b"list" else rdb.zrange(key, 0, -1)
-                    if job.encode() in members:
-                        v.final[job] = state
+                v.final[job] = vb.job_state(rdb, v.queue, job)
     finally:
         vb.end_session([], procs, [v.proxy for v in victims])
     return victims

@@ -153,11 +153,7 @@ def _run_session(sock: str, workdir: Path) -> list[Victim]:
             assert v.proxy is not None
             v.accepted_at_end = v.proxy.accepted
             v.stalled_count = int(rdb.hget(f"bull:{v.queue}:1", "stc") or 0)
-            for state in ("completed", "failed", "active", "wait"):
-                key = f"bull:{v.queue}:{state}"
-                members = rdb.lrange(key, 0, -1) if rdb.type(key) == b"list" else rdb.zrange(key, 0, -1)
-                if b"1" in members:
-                    v.final_state = state
+            v.final_state = vb.job_state(rdb, v.queue, "1")
     finally:
         vb.end_session(timers, procs, [v.proxy for v in victims])
     return victims

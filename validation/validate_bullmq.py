@@ -699,6 +699,18 @@ def end_session(
             proxy.close()
 
 
+def job_state(rdb: Any, queue: str, job: str) -> str | None:
+    """Which of BullMQ's completed, failed, active and wait sets holds `job` of `queue` (the last listed, if
+    several do), or None: a client-side experiment's final state of a job, read from Redis."""
+    found = None
+    for state in ("completed", "failed", "active", "wait"):
+        key = f"bull:{queue}:{state}"
+        members = rdb.lrange(key, 0, -1) if rdb.type(key) == b"list" else rdb.zrange(key, 0, -1)
+        if job.encode() in members:
+            found = state
+    return found
+
+
 @contextlib.contextmanager
 def one_session_at_a_time(path: Path | None = None) -> Iterator[None]:
     """Hold an exclusive lock (flock) on a file in the temporary folder for a real-BullMQ session: a second
