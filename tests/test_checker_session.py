@@ -21,6 +21,7 @@ from emqsim.grading.checker import _CheckerSessions  # noqa: E402
 
 ANSWER = {"solution": True}
 TEST = {"grade": True, "locked": True, "points": 1}
+HANG = "import time\nwhile True:\n    time.sleep(0.05)"  # hangs without taking a core
 WRITTEN = 'from emqsim.grading import written_in_notebook\nwritten_in_notebook("f")\nassert f() == 42'
 
 
@@ -75,6 +76,7 @@ CALLS = [
 ]
 
 
+@pytest.mark.slow
 def test_a_session_gives_every_verdict_a_fresh_process_gives(tmp_path: Path):
     path = _mini(tmp_path / "mini.ipynb")
     sessions = _CheckerSessions()
@@ -125,17 +127,18 @@ def test_an_edited_cell_or_an_earlier_check_starts_a_new_session(tmp_path: Path)
     assert first.returncode is not None and second.returncode is not None
 
 
+@pytest.mark.slow
 def test_a_hung_check_or_answer_ends_within_its_time(tmp_path: Path):
     path = _mini(tmp_path / "mini.ipynb")
     sessions = _CheckerSessions()
     try:
-        hung = sessions.check(path, "t1", ["f"], "while True:\n    pass", timeout=3)
+        hung = sessions.check(path, "t1", ["f"], HANG, timeout=3)
         assert not hung.ok and "did not finish within 3 s" in hung.message
         session = sessions.sessions[path.resolve()]
         assert sessions.check(path, "t2", ["g"], "assert g() == 1", timeout=60).ok
         assert sessions.sessions[path.resolve()] is session, "a hung check does not take its session with it"
 
-        _mini(path, q1="while True:\n    pass")
+        _mini(path, q1=HANG)
         start = time.monotonic()
         looping = sessions.check(path, "t1", ["f"], "assert f()", timeout=3)
         assert not looping.ok and "did not finish within 3 s" in looping.message
