@@ -429,26 +429,13 @@ def freeze_lapse_probability(
     rtt: float = DEFAULT_RTT,
     resolution: float = MS,
 ) -> float:
-    """P(lapse) for a freeze of length F starting at a uniformly random moment of the steady state: u after the
-    last renewal's send, u ~ U(eps..B) (u = B: the freeze starts on the send's own ms, before it).
-
-    A freeze lapses the lock iff the first renewal after it is sent past L (`freeze_lapses`: the h's cancel).
-    Fixed-rate timer: the overdue tick fires at the resume, so it lapses iff u + F > L, and
-    P = clip((F - (L - B)) / B, 0, 1): never below L - B, always from L on.
-    After-reply timer (BullMQ's lock manager, a per-job timer): a freeze that starts while the renewal's reply
-    is on the wire (0 < u <= rtt; the reply that comes back on the freeze's first ms is read at the resume
-    too) re-arms the timer only at the resume, so the next renewal goes a tick T later: it lapses iff
-    u + F + T > L. Those rtt/B of the moments lapse from L - T - rtt on, so P = (#{u in (rtt, B]: u > L - F} +
-    #{u in (0, rtt]: u > L - F - T}) / B, one to rtt ms of B more than the plain ramp for F in
-    (L - T - rtt, L) (BullMQ's rule at lockDuration 2 s, rtt 2 ms: 2/502 instead of 1/502 at F = 1.499 s).
-    Exact on the ms grid (tests/test_freeze_exact.py counts every ms offset of a cycle in the engine); a
-    rule whose min_age is over rtt + tick (B > rtt + T) finds the job due later after such a resume, which
-    the grid count follows and the continuous form (resolution=0) does not."""
-    return float(
-        freeze_lapse_probabilities(
-            lease, renewal, np.array([freeze], dtype=float), rtt=rtt, resolution=resolution
-        )[0]
-    )
+    """P(lapse) for a freeze of length F starting u ~ U(eps..B) after the last renewal's send (docs/theory.md 5):
+    (#{u in (R, B]: u > L - F} + #{u in (0, R]: u > L - F - T}) / B with R = rtt for a timer that sleeps a
+    tick T after reading the reply (BullMQ: a freeze before the reply is read renews a tick later), else
+    clip((F - (L - B)) / B, 0, 1): never below L - B, always from L on. Exact on the ms grid
+    (tests/test_freeze_exact.py); resolution=0 takes every tick after such a resume as due."""
+    one = np.array([freeze], dtype=float)
+    return float(freeze_lapse_probabilities(lease, renewal, one, rtt=rtt, resolution=resolution)[0])
 
 
 def freeze_lapse_probabilities(
@@ -459,31 +446,22 @@ def freeze_lapse_probabilities(
     rtt: float = DEFAULT_RTT,
     resolution: float = MS,
 ) -> np.ndarray:
-    """`freeze_lapse_probability` of every freeze in `freezes` at once, element for element the same floats
-    (tune averages it over thousands of sampled pauses per candidate). On the grid everything is counted in
-    whole ticks (integer-valued floats), so the result is count / B exactly."""
-    rule = _rule(renewal)
+    """`freeze_lapse_probability` of every freeze in `freezes` at once (tune averages thousands of sampled
+    pauses per candidate): the scalar calls it, so the floats are the same; on the grid, count / B in ticks."""
+    rule, F = _rule(renewal), np.asarray(freezes, dtype=float)
     B = renewal_period(renewal, rtt=rtt, resolution=resolution)
-    F = np.asarray(freezes, dtype=float)
-    if resolution > 0:
-        # whole ticks; _on_grid/_ticks and np.round both round half to even
-        L, B, F = float(_ticks(lease, resolution)), float(_ticks(B, resolution)), np.round(F / resolution)
-        r, T, M = (float(_ticks(x, resolution)) for x in (rtt, rule.tick, rule.min_age))
-        if not rule.strict:
-            M -= 1.0  # `>=` min_age is `>` one tick before it
-    else:
-        L, r, T, M = float(lease), float(rtt), rule.tick, rule.min_age
+    L, r, T, M = float(lease), float(rtt), rule.tick, rule.min_age
+    if resolution > 0:  # whole ticks (Python's round and np.round both round half to even)
+        L, B, r, T, M = (float(_ticks(x, resolution)) for x in (L, B, r, T, M))
+        F, M = np.round(F / resolution), M if rule.strict else M - 1  # `>=` min_age: `>` one tick before
     if not rule.after_reply or r <= 0:
         return np.clip((F - (L - B)) / B, 0.0, 1.0)
     late = np.clip(B - np.maximum(r, L - F), 0.0, B - r)  # u in (r, B]: lapses iff u + F > L
     if resolution <= 0 or r + T > M:  # every tick from the resume on finds the job due
-        early = np.clip(r - np.maximum(0.0, L - F - T), 0.0, r)  # u in (0, r]: lapses iff u + F + T > L
-    else:  # the resume's tick may come before min_age: the first due tick is a whole number of ticks later
-        u = np.arange(1.0, r + 1.0)
-        x = np.maximum(r, u[None, :] + F[:, None]) + T
-        due = np.where(x > M, x, x + (np.floor((M - x) / T) + 1.0) * T)
-        early = (due > L).sum(axis=1).astype(float)
-    return (late + early) / B
+        return (late + np.clip(r - np.maximum(0.0, L - F - T), 0.0, r)) / B  # u <= r: iff u + F + T > L
+    x = np.maximum(r, np.arange(1.0, r + 1.0)[None, :] + F[:, None]) + T  # the resume's tick comes before
+    due = np.where(x > M, x, x + (np.floor((M - x) / T) + 1.0) * T)  # min_age: the first due one is later
+    return (late + (due > L).sum(axis=1)) / B
 
 
 def _clipped_ramp_mean(lo: float, hi: float, shift: float, P: float, resolution: float) -> float:
