@@ -656,8 +656,8 @@ def block_lapse_probability(
     rtt: float = DEFAULT_RTT,
     resolution: float = MS,
 ) -> float:
-    """P(lapse) for a block of X s at a uniformly random moment: clip((X - (L - B)) / B, 0, 1) with B the
-    renewal period. Never for X <= L - B (`block_safe_limit`), always for X > L."""
+    """P(lapse) for a block of X s at a uniformly random moment: the freeze count (clip((X - (L - B)) / B, 0, 1),
+    plus up to rtt/B for an after-reply timer). Never for X <= L - B (`block_safe_limit`), always for X > L."""
     return freeze_lapse_probability(lease, renewal, block, rtt=rtt, resolution=resolution)
 
 
