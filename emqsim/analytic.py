@@ -429,12 +429,13 @@ def freeze_lapse_probability(
     rtt: float = DEFAULT_RTT,
     resolution: float = MS,
 ) -> float:
-    """P(lapse) for a freeze of length F starting at a uniformly random moment (u ~ U(eps..B)):
-    clip((F - (L - B)) / B, 0, 1): never below L - B, always from L on. Exact on the ms grid too."""
-    L = _on_grid(lease, resolution)
-    F = _on_grid(freeze, resolution)
-    B = renewal_period(renewal, rtt=rtt, resolution=resolution)
-    return float(np.clip((F - (L - B)) / B, 0.0, 1.0))
+    """P(lapse) for a freeze of length F starting u ~ U(eps..B) after the last renewal's send (docs/theory.md 5):
+    (#{u in (R, B]: u > L - F} + #{u in (0, R]: u > L - F - T}) / B with R = rtt for a timer that sleeps a
+    tick T after reading the reply (BullMQ: a freeze before the reply is read renews a tick later), else
+    clip((F - (L - B)) / B, 0, 1): never below L - B, always from L on. Exact on the ms grid
+    (tests/test_freeze_exact.py); resolution=0 takes every tick after such a resume as due."""
+    one = np.array([freeze], dtype=float)
+    return float(freeze_lapse_probabilities(lease, renewal, one, rtt=rtt, resolution=resolution)[0])
 
 
 def freeze_lapse_probabilities(
@@ -445,15 +446,22 @@ def freeze_lapse_probabilities(
     rtt: float = DEFAULT_RTT,
     resolution: float = MS,
 ) -> np.ndarray:
-    """`freeze_lapse_probability` of every freeze in `freezes` at once, element for element the same floats
-    (tune averages it over thousands of sampled pauses per candidate)."""
-    L = _on_grid(lease, resolution)
-    F = np.asarray(freezes, dtype=float)
-    if resolution > 0:
-        # _on_grid: Python's round and NumPy's both round half to even
-        F = np.round(F / resolution) * resolution
+    """`freeze_lapse_probability` of every freeze in `freezes` at once (tune averages thousands of sampled
+    pauses per candidate): the scalar calls it, so the floats are the same; on the grid, count / B in ticks."""
+    rule, F = _rule(renewal), np.asarray(freezes, dtype=float)
     B = renewal_period(renewal, rtt=rtt, resolution=resolution)
-    return np.clip((F - (L - B)) / B, 0.0, 1.0)
+    L, r, T, M = float(lease), float(rtt), rule.tick, rule.min_age
+    if resolution > 0:  # whole ticks (Python's round and np.round both round half to even)
+        L, B, r, T, M = (float(_ticks(x, resolution)) for x in (L, B, r, T, M))
+        F, M = np.round(F / resolution), M if rule.strict else M - 1  # `>=` min_age: `>` one tick before
+    if not rule.after_reply or r <= 0:
+        return np.clip((F - (L - B)) / B, 0.0, 1.0)
+    late = np.clip(B - np.maximum(r, L - F), 0.0, B - r)  # u in (r, B]: lapses iff u + F > L
+    if resolution <= 0 or r + T > M:  # every tick from the resume on finds the job due
+        return (late + np.clip(r - np.maximum(0.0, L - F - T), 0.0, r)) / B  # u <= r: iff u + F + T > L
+    x = np.maximum(r, np.arange(1.0, r + 1.0)[None, :] + F[:, None]) + T  # the resume's tick comes before
+    due = np.where(x > M, x, x + (np.floor((M - x) / T) + 1.0) * T)  # min_age: the first due one is later
+    return (late + (due > L).sum(axis=1)) / B
 
 
 def _clipped_ramp_mean(lo: float, hi: float, shift: float, P: float, resolution: float) -> float:
@@ -648,8 +656,8 @@ def block_lapse_probability(
     rtt: float = DEFAULT_RTT,
     resolution: float = MS,
 ) -> float:
-    """P(lapse) for a block of X s at a uniformly random moment: clip((X - (L - B)) / B, 0, 1) with B the
-    renewal period. Never for X <= L - B (`block_safe_limit`), always for X > L."""
+    """P(lapse) for a block of X s at a uniformly random moment: the freeze count (clip((X - (L - B)) / B, 0, 1),
+    plus up to rtt/B for an after-reply timer). Never for X <= L - B (`block_safe_limit`), always for X > L."""
     return freeze_lapse_probability(lease, renewal, block, rtt=rtt, resolution=resolution)
 
 

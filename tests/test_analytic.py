@@ -211,8 +211,9 @@ def test_freeze_lapse_probability_ramps_from_lease_minus_beat_to_lease():
     assert freeze_lapse_probability(L, B, 2 * L) == 1.0
     freezes = np.linspace(15, 35, 41)
     assert np.all(np.diff([freeze_lapse_probability(L, B, f) for f in freezes]) >= 0)
-    # bullmq's shorter period narrows the ramp
-    assert freeze_lapse_probability(30, RenewalRule.bullmq(30), 30 - 7.502 / 2) == pytest.approx(0.5)
+    # bullmq's shorter period narrows the ramp; its after-reply timer adds the rtt = 2 ms of the cycle whose
+    # freeze starts before the reply is read (they lapse from L - T - rtt on): 3751 + 2 of the 7502 offsets
+    assert freeze_lapse_probability(30, RenewalRule.bullmq(30), 30 - 7.502 / 2) == 3753 / 7502
 
 
 def test_freeze_lapse_probabilities_are_the_scalar_ones_bit_for_bit():
