@@ -95,10 +95,10 @@ def skipped_tick_freeze_lapse_probability(
     probability (1 - p) p^k. A moment in the cycle lies `a` ms after the last send with weight 1 for a in
     1..B and p^j for a in the j-th skipped tick's interval (B + (j-1)T, B + jT]. A freeze from a to a + F
     fires the first tick at x = max(next tick, a + F) (after-reply timer and a freeze before the reply was
-    read: the reply is read at the resume and x = a + F + T); from x the due ticks come T apart (fixed rate:
+    read, its arrival's ms included: the reply is read at the resume and x = a + F + T); from x the due ticks come T apart (fixed rate:
     on the timer's grid), each skipped with probability p, and the lock lapses iff the first one not skipped
     comes after L (the h's cancel, as in `freeze_lapses`): p^(due ticks in [x, L]). At p = 0 this is
-    `freeze_lapse_probability` but for a freeze in the rtt before the reply, where it is one tick later.
+    `freeze_lapse_probability` (a freeze that starts on the ms its reply arrives reads it at the resume too).
     For BullMQ's rule (lockDuration 2 s, F = 1.4 s, p = 0.01) about 1.6 p: a freeze lapses when the tick
     before it was skipped (a later start in a longer interval) or the tick at its resume is."""
     if not 0 <= skipped < 1:
@@ -117,7 +117,7 @@ def skipped_tick_freeze_lapse_probability(
     def lapse(a: np.ndarray, scheduled: np.ndarray) -> np.ndarray:
         x = np.maximum(scheduled, a + F)
         if rule.after_reply:
-            x = np.where(a < r, np.maximum(r, a + F) + T, x)  # the reply read at the resume, then one tick
+            x = np.where(a <= r, np.maximum(r, a + F) + T, x)  # the reply read at the resume, then one tick
             first = due_from(x)
             nxt = first + T  # later ticks come T after a skipped one
         else:

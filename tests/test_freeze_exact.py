@@ -121,3 +121,16 @@ def test_the_continuous_form_is_the_grid_form_in_the_limit() -> None:
     assert freeze_lapse_probability(2.0, rule, 2.0, rtt=0.002, resolution=0) == 1.0
     # 1 ms of each part: the late part's u = B and the early part's u = rtt
     assert freeze_lapse_probability(2.0, rule, 1.499, rtt=0.002, resolution=0) == pytest.approx(2 / 502)
+
+
+def test_the_skipped_tick_form_at_p_0_is_the_freeze_form() -> None:
+    """`skipped_tick_freeze_lapse_probability` with no skipped tick is `freeze_lapse_probability`, the ms the
+    renewal's reply arrives included (BullMQ's rule, lockDuration 2 s, every F from 1.0 to 2.1 s)."""
+    from emqsim.analytic_stalls import skipped_tick_freeze_lapse_probability
+
+    policy = preset("bullmq", lease=2.0, scan=2.0)
+    for f_ms in range(1000, 2101, 7):
+        f = f_ms / 1000
+        assert skipped_tick_freeze_lapse_probability(policy.lease, policy.renewal, f, 0.0) == pytest.approx(
+            freeze_lapse_probability(policy.lease, policy.renewal, f), abs=1e-12
+        ), f
