@@ -8,6 +8,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,8 +27,12 @@ from emqsim.tune import (
     SearchSpace,
     Workload,
     _outage_sample,
+    _p99,
     _pause_sample,
     _Runner,
+    bootstrap_interval,
+    bootstrap_p99,
+    bootstrap_p99_difference,
     build_candidates,
     bullmq_settings,
     check_limits,
@@ -433,3 +438,41 @@ def test_outages_in_the_closed_form_and_the_simulation():
     assert longest_safe_outage(30.0 - 7.5) == pytest.approx(18.179)
     assert longest_safe_outage(0.5) == 0.0
     assert by_lease[60.0].predicted["outage_safe_up_to"] == pytest.approx(38.179, abs=0.01)
+
+
+# -- the p99 bootstrap, all resamples at once ------------------------------------------------------------------
+_latencies = st.lists(
+    st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.5, 7.0, 11.25, 600.0]) | st.floats(0, 1e4), max_size=12),
+    min_size=1,
+    max_size=9,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(groups=_latencies, seed=st.integers(0, 2**32 - 1), level=st.sampled_from([0.9, 0.95, 0.9958]))
+def test_the_vectorised_p99_bootstrap_gives_the_loops_floats(groups, seed, level):
+    """`bootstrap_p99` equals the generic bootstrap over `_p99` bit for bit: ties, empty replications, one
+    value, values that repeat across groups."""
+    arrays = [np.asarray(g, dtype=float) for g in groups]
+    assert bootstrap_p99(arrays, level, seed, draws=200) == bootstrap_interval(
+        arrays, _p99, level, seed, draws=200
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(groups=_latencies, others=_latencies, seed=st.integers(0, 2**32 - 1))
+def test_the_vectorised_paired_p99_bootstrap_gives_the_loops_floats(groups, others, seed):
+    """`bootstrap_p99_difference` equals the generic bootstrap of p99(a) - p99(b) over resampled pairs."""
+    n = min(len(groups), len(others))
+    pairs = [
+        (np.asarray(a, dtype=float), np.asarray(b, dtype=float))
+        for a, b in zip(groups[:n], others[:n], strict=True)
+    ]
+
+    def stat(chosen):
+        pa, pb = _p99([p[0] for p in chosen]), _p99([p[1] for p in chosen])
+        return None if pa is None or pb is None else pa - pb
+
+    assert bootstrap_p99_difference(pairs, 0.95, seed, draws=200) == bootstrap_interval(
+        pairs, stat, 0.95, seed, draws=200
+    )

@@ -73,10 +73,81 @@ def bootstrap_interval(
 
 
 def _p99(groups: Sequence[Sequence[float] | np.ndarray]) -> float | None:
-    """The 99th percentile of the groups' values pooled in order (NumPy arrays pool fastest: the bootstrap
-    calls this a thousand times per candidate)."""
+    """The 99th percentile of the groups' values pooled in order."""
     pooled = np.concatenate([np.asarray(g, dtype=float) for g in groups]) if groups else np.empty(0)
     return float(np.percentile(pooled, 99)) if pooled.size else None
+
+
+def _p99_of_resamples(groups: Sequence[np.ndarray], idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`_p99` of every resample at once, bit for bit: row r of `idx` pools `groups[i]` for each i in the row.
+    Returns (the p99s, which rows pooled any value). A percentile depends only on the pooled multiset, so
+    each row's order statistics are read off one sorted copy of all the values, weighted by how often the row
+    drew each value's group; the interpolation is `np.percentile`'s linear method, step for step."""
+    draws, n_groups = idx.shape
+    values = np.concatenate([np.asarray(g, dtype=float) for g in groups])
+    labels = np.repeat(np.arange(n_groups), [len(g) for g in groups])
+    order = np.argsort(values, kind="stable")
+    values, labels = values[order], labels[order]
+    counts = np.bincount((np.arange(draws)[:, None] * n_groups + idx).ravel(), minlength=draws * n_groups)
+    cumulative = np.cumsum(counts.reshape(draws, n_groups)[:, labels], axis=1)  # (draws, all values)
+    n = cumulative[:, -1] if values.size else np.zeros(draws, dtype=np.int64)
+    pooled = n > 0
+    cumulative, n = cumulative[pooled], n[pooled]
+    virtual = (n - 1) * np.float64(0.99)  # np.percentile's linear method: (n - 1) q, q = 99 / 100
+    below = np.floor(virtual).astype(np.int64)
+    top = virtual >= n - 1  # np.percentile takes the last value for both neighbours there
+    below = np.where(top, n - 1, below)
+    above = np.where(top, n - 1, below + 1)
+    gamma = virtual - np.where(top, -1, below)
+
+    def kth(k: np.ndarray) -> np.ndarray:
+        """The k-th smallest pooled value of each row (0-based)."""
+        return values[(cumulative <= k[:, None]).sum(axis=1)]
+
+    a, b = kth(below), kth(above)
+    diff = b - a
+    return np.where(gamma >= 0.5, b - diff * (1 - gamma), a + diff * gamma), pooled
+
+
+def _resample_rows(n_groups: int, seed: int, draws: int) -> np.ndarray:
+    """The bootstrap's resamples: row r lists the replications drawn (the same rows for every statistic)."""
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(7919,)))
+    return rng.integers(0, n_groups, size=(draws, n_groups))
+
+
+def _percentile_interval(value: float, stats: np.ndarray, level: float) -> Metric:
+    if not stats.size:
+        return Metric(value)
+    lo, hi = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
+    return Metric(value, float(lo), float(hi))
+
+
+def bootstrap_p99(groups: Sequence[np.ndarray], level: float, seed: int, draws: int = 1000) -> Metric:
+    """`bootstrap_interval(groups, _p99, level, seed, draws)`, computed for all resamples at once (the same
+    floats: tests/test_tune.py compares them)."""
+    value = _p99(groups)
+    if value is None or len(groups) < 2:
+        return Metric(value)
+    p99s, pooled = _p99_of_resamples(groups, _resample_rows(len(groups), seed, draws))
+    return _percentile_interval(value, p99s, level)
+
+
+def bootstrap_p99_difference(
+    pairs: Sequence[tuple[np.ndarray, np.ndarray]], level: float, seed: int, draws: int = 1000
+) -> Metric:
+    """The bootstrap of p99(first) - p99(second) over paired replications (resampled together), computed for
+    all resamples at once; a resample where either side pooled nothing is left out, as `bootstrap_interval`
+    leaves out a statistic of None."""
+    firsts, seconds = [p[0] for p in pairs], [p[1] for p in pairs]
+    pa, pb = _p99(firsts), _p99(seconds)
+    value = None if pa is None or pb is None else pa - pb
+    if value is None or len(pairs) < 2:
+        return Metric(value)
+    idx = _resample_rows(len(pairs), seed, draws)
+    a, pooled_a = _p99_of_resamples(firsts, idx)
+    b, pooled_b = _p99_of_resamples(seconds, idx)
+    both = pooled_a & pooled_b
+    return _percentile_interval(value, a[both[pooled_a]] - b[both[pooled_b]], level)
 
 
 # -- measuring a candidate --------------------------------------------------------------------------------------
@@ -95,7 +166,7 @@ def measure(c: Candidate, runs: Sequence[RunSummary], limits: Limits, w: Workloa
         [math.fsum(s.detection_latencies) for s in runs], [len(s.detection_latencies) for s in runs], level
     )
     latencies: list[np.ndarray] = [np.asarray(s.detection_latencies, dtype=float) for s in runs]
-    c.metrics["detection_p99"] = bootstrap_interval(latencies, _p99, level, seed)
+    c.metrics["detection_p99"] = bootstrap_p99(latencies, level, seed)
     c.metrics["requests_per_s"] = ratio_interval([s.requests for s in runs], [s.end for s in runs], level)
     c.metrics["undetected"] = Metric(float(sum(s.undetected for s in runs)))
 

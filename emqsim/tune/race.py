@@ -23,8 +23,7 @@ from emqsim.tune.candidates import Candidate, Metric
 from emqsim.tune.inputs import VERIFY_CANDIDATES, VERIFY_SEED_OFFSET, Limits, SearchSpace, Workload
 from emqsim.tune.measure import (
     _fmt,
-    _p99,
-    bootstrap_interval,
+    bootstrap_p99_difference,
     check_limits,
     measure,
     objective,
@@ -226,13 +225,7 @@ def _paired_objective(i: int, j: int, runner: _Runner, n: int, limits: Limits, s
         (np.asarray(x.detection_latencies, dtype=float), np.asarray(y.detection_latencies, dtype=float))
         for x, y in zip(a, b, strict=True)
     ]
-
-    def stat(groups: list[tuple[np.ndarray, np.ndarray]]) -> float | None:
-        pa = _p99([g[0] for g in groups])
-        pb = _p99([g[1] for g in groups])
-        return None if pa is None or pb is None else pa - pb
-
-    return bootstrap_interval(pairs, stat, level, seed)
+    return bootstrap_p99_difference(pairs, level, seed)
 
 
 def _why_lost(runner_up: Candidate | None, best: Candidate | None, limits: Limits) -> str:
