@@ -6,6 +6,8 @@ gives the same workload and faults under every policy (common random numbers) an
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 # Fixed codes: never renumber, or every seeded result changes.
@@ -20,3 +22,32 @@ def stream(seed: int, replication: int, name: str, *index: int) -> np.random.Gen
         raise ValueError(f"seed must be a whole number >= 0, got {seed!r}")
     sequence = np.random.SeedSequence(entropy=int(seed), spawn_key=(int(replication), STREAMS[name], *index))
     return np.random.Generator(np.random.PCG64(sequence))
+
+
+class _StreamOnFirstUse:
+    """`stream(seed, replication, name, *index)`, made when first used. A run names a dozen streams and a small
+    run uses few of them (explore's runs use a quarter), while making a `SeedSequence` and its `PCG64` costs
+    about 20 us each. The generator is the same whenever it is made, so every draw is the stream's."""
+
+    def __init__(self, seed: int, replication: int, name: str, index: tuple[int, ...]) -> None:
+        if not isinstance(seed, int | np.integer) or seed < 0:
+            raise ValueError(f"seed must be a whole number >= 0, got {seed!r}")
+        STREAMS[name]  # an unknown name fails here, as `stream` does  # noqa: B018
+        self._key = (seed, replication, name, index)
+
+    def __getattr__(self, attribute: str) -> object:
+        if attribute.startswith("__") or attribute == "_key":
+            raise AttributeError(attribute)
+        seed, replication, name, index = self._key
+        generator = stream(seed, replication, name, *index)
+        value = getattr(generator, attribute)
+        for method in ("random", "integers", "exponential", "lognormal", "uniform", "choice", "normal"):
+            setattr(self, method, getattr(generator, method))  # later draws skip this lookup
+        setattr(self, attribute, value)
+        return value
+
+
+def stream_on_first_use(seed: int, replication: int, name: str, *index: int) -> np.random.Generator:
+    """`stream(...)` made only when a draw needs it (see `_StreamOnFirstUse`); it answers the Generator methods
+    the model calls, with the same draws."""
+    return cast(np.random.Generator, _StreamOnFirstUse(seed, replication, name, index))

@@ -47,3 +47,28 @@ def test_common_random_numbers_give_both_policies_the_same_faults():
     # the first faults of every original worker happen at the same moments (later ones may differ once
     # the workers' histories diverge, e.g. a freeze skipped because the worker was already dead)
     assert freezes[:3] == same[:3]
+
+
+def test_a_stream_made_on_first_use_draws_what_the_stream_draws():
+    """`seeds.stream_on_first_use` (a run's streams, most of them never drawn from in a small run) gives the
+    draws of `seeds.stream`, in any order of methods, and refuses what `stream` refuses, at once."""
+    import numpy as np
+    import pytest
+
+    from emqsim.seeds import stream, stream_on_first_use
+
+    for calls in (("random", "exponential", "integers"), ("lognormal", "random", "choice"), ("uniform",)):
+        eager, lazy = stream(7, 3, "network", 2, 1), stream_on_first_use(7, 3, "network", 2, 1)
+        for name in calls + calls:
+            args = {
+                "exponential": (2.0, 5),
+                "integers": (0, 9, 4),
+                "lognormal": (0.0, 1.5, 3),
+                "choice": (5, 2),
+            }
+            a, b = getattr(eager, name)(*args.get(name, ())), getattr(lazy, name)(*args.get(name, ()))
+            assert np.array_equal(a, b)
+    with pytest.raises(KeyError):
+        stream_on_first_use(0, 0, "no-such-stream")
+    with pytest.raises(ValueError, match="seed must be"):
+        stream_on_first_use(-1, 0, "network")
