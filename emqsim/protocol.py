@@ -255,10 +255,10 @@ class Queue:
             return 0
         if type(active) is not RedisList or active_key in expires:
             return None
-        job_key = self.keys.job
+        prefix = self.keys.job("")  # a job's hash is this prefix + its id
         oldest = now_ms - timeout_ms  # a job taken before this is reclaimed (`now - processedOn > timeout`)
         for job_id in active:
-            key = job_key(job_id)
+            key = prefix + job_id
             job = data.get(key)
             if job is None:
                 continue  # HGET of a missing hash: nil, nothing reclaimed
