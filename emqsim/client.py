@@ -50,8 +50,8 @@ class Rejected:
 
 
 REJECTED, REJECTED_RAN = Rejected(False), Rejected(True)
-# Private switch for tests: False runs every timer as the plain SimPy process it stands for, and every stalled
-# check of a worker one by one (same results).
+# Private switch for tests: False runs every timer as the plain SimPy process it stands for, every stalled
+# check of a worker one by one, and every reap of the timeout reaper (same results).
 _ELISION = True
 
 
