@@ -50,8 +50,8 @@ class Rejected:
 
 
 REJECTED, REJECTED_RAN = Rejected(False), Rejected(True)
-# Private switch for tests: False runs every timer as the plain SimPy process it stands for, and every stalled
-# check of a worker one by one (same results).
+# Private switch for tests: False runs every timer as the plain SimPy process it stands for, every stalled
+# check of a worker one by one, and every reap of the timeout reaper (same results).
 _ELISION = True
 
 
@@ -239,7 +239,10 @@ class Client:
         (the same steps in the same places of the event order, without a generator), else as a process. A
         worker's stalled checks run otherwise (`Worker.start_sweeper`, `emqsim.checks`)."""
         if _ELISION and (self._loss <= 0 or not self._loss_all):
-            _SweepTimer(self, first_ms)
+            if _ReapTimer.applies(self):
+                _ReapTimer(self, first_ms)
+            else:
+                _SweepTimer(self, first_ms)
         else:
             self.env.process(self.sweeper(first_ms))
 
@@ -380,6 +383,72 @@ class _SweepTimer:
 
     def _again(self) -> None:
         self.tick.after(self.interval_ms, self._to_wake)
+
+
+class _ReapTimer:
+    """The timeout reaper's timer (`Reaper`, `TimeoutPolicy`) as callbacks on one `Tick`, with its reaps that
+    can only read done without running them (issue 27). The reaper's three steps per reap keep their entries
+    and their places in SimPy's event order: the send (its round trip drawn from the reaper's own stream), the
+    reap reaching Redis (where `Client.route`'s Timeout stood), the reading of the reply (where the reply
+    event stood), each scheduled at the moment the simulated reaper schedules it, so every id comes from the
+    same counter at the same point and no fixed ordering rule is needed. The reaper never freezes, blocks or
+    dies (`Reaper`), so no step waits for a resume. At Redis, `Server.idle_reap` counts a
+    reap that is certain to read and reclaim nothing (its `LRANGE`, its `HGET`s, its record); any other reap
+    runs as `Server.sweep` runs it. Only when the server neither evicts (maxmemory) nor reorders a
+    millisecond's requests (explore's tie-breaks): there every reap runs as `_SweepTimer` runs it."""
+
+    __slots__ = ("client", "server", "tick", "interval_ms", "timeout_ms", "by", "back_ms", "_steps")
+
+    @staticmethod
+    def applies(client: Client) -> bool:
+        """Whether `client` is the reaper of a `TimeoutPolicy` whose reap is `Queue.reap`, on a server where
+        a reap's reads have no side effect of their own (no maxmemory, the default tie-break)."""
+        from emqsim.policies import TimeoutPolicy
+
+        policy = client.sim.policy
+        server = client.sim.server
+        return (
+            isinstance(client, Reaper)
+            and isinstance(policy, TimeoutPolicy)
+            and type(policy).sweep is TimeoutPolicy.sweep
+            and server.evicting is None
+            and server.tie_break is None
+        )
+
+    def __init__(self, client: Client, first_ms: int) -> None:
+        self.client = client
+        self.server = client.sim.server
+        self.tick = Tick(client.env)
+        policy = client.sim.policy
+        self.interval_ms = policy.sweep_interval_ms
+        self.timeout_ms: int = policy.timeout_ms  # type: ignore[attr-defined]  # a TimeoutPolicy (applies)
+        self.by = client.label
+        self.back_ms = 0
+        self._steps: tuple[list[Callable[[Any], None]], ...] = ([self._send], [self._arrive], [self._replied])
+        self.tick.after(0, [lambda _: self.tick.after(first_ms, self._steps[0])], URGENT)
+
+    def _send(self, _: Any) -> None:
+        client = self.client
+        server = self.server
+        rtt_ms = client._rtt_ms()
+        if client.outages:
+            out_ms, back_ms = client.route(rtt_ms)
+        else:
+            out_ms = rtt_ms // 2
+            back_ms = rtt_ms - out_ms
+        server.requests["sweep"] = server.requests.get("sweep", 0) + 1
+        self.back_ms = back_ms
+        self.tick.after(out_ms, self._steps[1])  # where `Server.send`'s Timeout stood
+
+    def _arrive(self, _: Any) -> None:
+        server = self.server
+        now = int(self.client.env._now)
+        if not server.idle_reap(self.by, now, self.timeout_ms):
+            server.sweep(self.by, now)
+        self.tick.after(self.back_ms, self._steps[2])  # where the reply event stood
+
+    def _replied(self, _: Any) -> None:
+        self.tick.after(self.interval_ms, self._steps[0])
 
 
 def _ended(_: Any) -> None:

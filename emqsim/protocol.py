@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from emqsim.keys import QueueKeys
 from emqsim.store import KeyStore
+from emqsim.store.values import RedisHash, RedisList
 
 # moveToFinished's error codes and texts (BullMQ `scripts.finishedErrors`).
 MISSING_LOCK = -2
@@ -241,6 +242,32 @@ class Queue:
                 store.delete(k.lock(job_id))
                 (reclaimed if self._requeue(job_id, max_stalled) else failed).append(job_id)
         return SweepReply(False, tuple(reclaimed), tuple(failed))
+
+    def idle_reap(self, now_ms: int, timeout_ms: int) -> int | None:
+        """If `reap(now_ms, timeout_ms)` is certain to be a pure read that reclaims nothing (no active job's
+        `processedOn` is over the timeout, and no key it reads has a TTL, so no lazy expiry), how many `HGET`s
+        it runs (one per active job, after its `LRANGE`); else None. Reads without running commands."""
+        store = self.store
+        data, expires = store._data, store._expires
+        active_key = self.keys.active
+        active = data.get(active_key)
+        if active is None:
+            return 0
+        if type(active) is not RedisList or active_key in expires:
+            return None
+        prefix = self.keys.job("")  # a job's hash is this prefix + its id
+        oldest = now_ms - timeout_ms  # a job taken before this is reclaimed (`now - processedOn > timeout`)
+        for job_id in active:
+            key = prefix + job_id
+            job = data.get(key)
+            if job is None:
+                continue  # HGET of a missing hash: nil, nothing reclaimed
+            if type(job) is not RedisHash or key in expires:
+                return None
+            started = job.get("processedOn")
+            if started is not None and int(started) < oldest:
+                return None
+        return len(active)
 
     # -- what a detector needs (each is one atomic step, or a read inside one) ------------------------------
     def active_jobs(self) -> list[str]:

@@ -550,6 +550,29 @@ class Server:
         store.commands_executed += n
         store.command_counts["EXISTS"] += n
 
+    def idle_reap(self, by: str, now: int, timeout_ms: int) -> bool:
+        """A timeout reap reaching Redis now that is certain to read and reclaim nothing (`Queue.idle_reap`),
+        done without running it (issue 27): its commands counted, its sweep record kept as `sweep` keeps it,
+        and True. False, with nothing done, where a reap's reads may do more: in a READONLY or a failover's
+        lag window (the journal hooks every lookup), under maxmemory (LRU/LFU data) or a reordering
+        tie-break, with a rate-limit watcher. The caller then runs the reap (`sweep`)."""
+        if self.evicting is not None or self.journal is not None or self.tie_break is not None:
+            return False
+        if self.rate_limit_watcher is not None or (self.readonly and self.refused(now)):
+            return False
+        hgets = self.queue.idle_reap(now, timeout_ms)
+        if hgets is None:
+            return False
+        store = self.store
+        store._now = now  # as the reap's commands would leave the store's clock
+        store.commands_executed += 1 + hgets
+        store.command_counts["LRANGE"] += 1
+        if hgets:
+            store.command_counts["HGET"] += hgets
+        if not self.streaming:
+            self.ledger.sweep(now, by, False, (), (), 0)
+        return True
+
     def sweep(self, by: str, now: int) -> SweepReply:
         if self.readonly and self.refused(now):
             return SweepReply(skipped=True)  # READONLY: the stalled check fails; the next one comes as usual
