@@ -248,21 +248,21 @@ class Queue:
         `processedOn` is over the timeout, and no key it reads has a TTL, so no lazy expiry), how many `HGET`s
         it runs (one per active job, after its `LRANGE`); else None. Reads without running commands."""
         store = self.store
-        data, expires = store._data, store._expires
         active_key = self.keys.active
-        active = data.get(active_key)
+        active = store.resident_value(active_key)
         if active is None:
             return 0
-        if type(active) is not RedisList or active_key in expires:
+        if type(active) is not RedisList or store.expire_at(active_key) is not None:
             return None
         prefix = self.keys.job("")  # a job's hash is this prefix + its id
         oldest = now_ms - timeout_ms  # a job taken before this is reclaimed (`now - processedOn > timeout`)
+        value_at, expire_at = store.resident_value, store.expire_at
         for job_id in active:
             key = prefix + job_id
-            job = data.get(key)
+            job = value_at(key)
             if job is None:
                 continue  # HGET of a missing hash: nil, nothing reclaimed
-            if type(job) is not RedisHash or key in expires:
+            if type(job) is not RedisHash or expire_at(key) is not None:
                 return None
             started = job.get("processedOn")
             if started is not None and int(started) < oldest:

@@ -564,11 +564,9 @@ class Server:
         if hgets is None:
             return False
         store = self.store
-        store._now = now  # as the reap's commands would leave the store's clock
-        store.commands_executed += 1 + hgets
-        store.command_counts["LRANGE"] += 1
+        store.count_reads("LRANGE", 1)
         if hgets:
-            store.command_counts["HGET"] += hgets
+            store.count_reads("HGET", hgets)
         if not self.streaming:
             self.ledger.sweep(now, by, False, (), (), 0)
         return True

@@ -60,10 +60,23 @@ class Keyspace:
         self.commands_executed += 1
         self.command_counts[name] += 1
 
+    def count_reads(self, name: str, n: int) -> None:
+        """Count `n` read-only commands `name` whose replies are known without running them, the clock sampled
+        as running them samples it (the timeout reaper's idle reaps; see `resident_value`)."""
+        self.commands_executed += n
+        self.command_counts[name] += n
+        self._now = self._clock()
+
     # -- introspection (no side effects) -------------------------------------------------------------------
     def resident_keys(self) -> int:
         """Keys physically in memory, including logically expired ones not yet evicted (= DBSIZE)."""
         return len(self._data)
+
+    def resident_value(self, key: str) -> str | RedisList | RedisSet | RedisHash | None:
+        """The value resident at `key` itself (not a copy, as `peek` gives: read it, never change it), or None:
+        no command counted, no clock sample, no lazy expiry. For a caller that must know cheaply what a
+        read-only command would see (pair it with `expire_at`: a key with a TTL may be expired by the read)."""
+        return self._data.get(key)
 
     def expire_at(self, key: str) -> int | None:
         """The key's absolute expiry in ms, or None if it has no TTL or is not resident. No lazy expiry."""
