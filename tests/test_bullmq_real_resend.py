@@ -90,7 +90,6 @@ def _run_session(sock: str, workdir: Path) -> list[Victim]:
     rdb = redis.Redis(unix_socket_path=sock)
     victims = [Victim(g, f"{g}-{k}", workdir / f"{g}-{k}.go") for g, n in GROUPS.items() for k in range(n)]
     threads: list[threading.Thread] = []
-    procs: list[vb.NodeProcess] = []
 
     def act(v: Victim) -> None:
         """Hold the replies, let job 1 finish, and once its finish ran at Redis drop (or delay) the reply."""
@@ -126,38 +125,13 @@ def _run_session(sock: str, workdir: Path) -> list[Victim]:
         if msg["ev"] == "completed" and msg.get("job") == "2":
             v.done.set()
 
-    common = ["--socket", sock, "--lock-duration", str(LOCK_MS), "--stalled-interval", str(STALLED_MS)]
-    try:
-        queues = [v.queue for v in victims]
-        procs.append(
-            vb.start_sweeper(
-                common,
-                queues,
-                workdir / "sweeper.log",
-                lambda p, m: [on_message(v, m) for v in victims if v.queue == m.get("queue")],
-            )
-        )
-        for v in victims:
-            v.proxy = RedisProxy(sock)
-            jobs = [{"ms": JOB_MS, "waitFor": str(v.signal_file)}, {"ms": JOB_MS}]
-            procs.append(
-                vb.NodeProcess(
-                    v.queue,
-                    "stalls.mjs",
-                    [*common, "--queue", v.queue, "--jobs", json.dumps(jobs), "--port", str(v.proxy.port)],
-                    workdir / f"{v.queue}.log",
-                    lambda p, m, v=v: on_message(v, m),
-                )
-            )
-        end = time.time() + DEADLINE
-        for v in victims:
-            v.done.wait(max(0.0, end - time.time()))
-        time.sleep(0.3)  # late events
-        for v in victims:
-            for job in ("1", "2"):
-                v.final[job] = vb.job_state(rdb, v.queue, job)
-    finally:
-        vb.end_session([], procs, [v.proxy for v in victims])
+    def worker_args(v: Victim) -> list[str]:
+        return ["--jobs", json.dumps([{"ms": JOB_MS, "waitFor": str(v.signal_file)}, {"ms": JOB_MS}])]
+
+    vb.run_behind_proxies(sock, workdir, victims, (LOCK_MS, STALLED_MS), worker_args, on_message, DEADLINE)
+    for v in victims:
+        for job in ("1", "2"):
+            v.final[job] = vb.job_state(rdb, v.queue, job)
     return victims
 
 

@@ -89,73 +89,38 @@ def _run_session(sock: str, workdir: Path) -> list[Victim]:
     rng = np.random.default_rng(25)
     victims = [Victim(g, f"{g}-{k}") for g, n in GROUPS.items() for k in range(n)]
     timers: list[threading.Timer] = []
-    procs: list[vb.NodeProcess] = []
-
-    def later(delay: float, fn: Any) -> None:
-        timer = threading.Timer(max(0.0, delay), fn)
-        timer.daemon = True
-        timers.append(timer)
-        timer.start()
 
     def cut(v: Victim) -> None:
         assert v.proxy is not None
         v.cut_at = time.time()
         v.accepted_at_cut = v.proxy.accepted
         v.proxy.cut()
-        later(OUTAGE_FOR, lambda: v.proxy.point(sock) if v.proxy is not None else None)
+        vb.later(timers, OUTAGE_FOR, lambda: v.proxy.point(sock) if v.proxy is not None else None)
 
     def on_message(v: Victim, msg: dict[str, Any]) -> None:
         v.events.append(msg)
         ev = msg["ev"]
         if ev == "start" and msg.get("job") == "1" and v.cut_at is None and msg.get("attemptsMade") == 0:
             at = float(rng.uniform(*OUTAGE_AFTER))
-            later(msg["t"] / 1000 + at - time.time(), lambda: cut(v))
+            vb.later(timers, msg["t"] / 1000 + at - time.time(), lambda: cut(v))
         if msg.get("job") == "1" and (ev == "completed" or (v.group == "stuck" and ev == "stalled")):
             v.done.set()
 
-    common = ["--socket", sock, "--lock-duration", str(LOCK_MS), "--stalled-interval", str(STALLED_MS)]
-    try:
-        queues = [v.queue for v in victims]
-        procs.append(
-            vb.start_sweeper(
-                common,
-                queues,
-                workdir / "sweeper.log",
-                lambda p, m: [on_message(v, m) for v in victims if v.queue == m.get("queue")],
-            )
-        )
-        for v in victims:
-            v.proxy = RedisProxy(sock)
-            extra = ["--retry-limit", "0"] if v.group == "stuck" else []
-            procs.append(
-                vb.NodeProcess(
-                    v.queue,
-                    "stalls.mjs",
-                    [
-                        *common,
-                        "--queue",
-                        v.queue,
-                        "--jobs",
-                        json.dumps([{"ms": JOB_MS}]),
-                        "--port",
-                        str(v.proxy.port),
-                        *extra,
-                    ],  # fmt: skip
-                    workdir / f"{v.queue}.log",
-                    lambda p, m, v=v: on_message(v, m),
-                )
-            )
-        end = time.time() + DEADLINE
-        for v in victims:
-            v.done.wait(max(0.0, end - time.time()))
-        time.sleep(0.3)  # late events
-        for v in victims:
-            assert v.proxy is not None
-            v.accepted_at_end = v.proxy.accepted
-            v.stalled_count = int(rdb.hget(f"bull:{v.queue}:1", "stc") or 0)
-            v.final_state = vb.job_state(rdb, v.queue, "1")
-    finally:
-        vb.end_session(timers, procs, [v.proxy for v in victims])
+    def worker_args(v: Victim) -> list[str]:
+        return [
+            "--jobs",
+            json.dumps([{"ms": JOB_MS}]),
+            *(["--retry-limit", "0"] if v.group == "stuck" else []),
+        ]
+
+    vb.run_behind_proxies(
+        sock, workdir, victims, (LOCK_MS, STALLED_MS), worker_args, on_message, DEADLINE, timers
+    )
+    for v in victims:
+        assert v.proxy is not None
+        v.accepted_at_end = v.proxy.accepted  # the connections it forwarded (closed now, the count stays)
+        v.stalled_count = int(rdb.hget(f"bull:{v.queue}:1", "stc") or 0)
+        v.final_state = vb.job_state(rdb, v.queue, "1")
     return victims
 
 

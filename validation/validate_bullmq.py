@@ -699,6 +699,63 @@ def end_session(
             proxy.close()
 
 
+def later(timers: list[threading.Timer], delay: float, fn: Callable[[], Any]) -> None:
+    """Run `fn` in `delay` s (at once if it is past) on a daemon timer kept in `timers` (for `end_session`)."""
+    timer = threading.Timer(max(0.0, delay), fn)
+    timer.daemon = True
+    timers.append(timer)
+    timer.start()
+
+
+def run_behind_proxies(
+    sock: str,
+    workdir: Path,
+    victims: Sequence[Any],
+    settings: tuple[int, int],
+    worker_args: Callable[[Any], Sequence[str]],
+    on_message: Callable[[Any, dict[str, Any]], Any],
+    deadline: float,
+    timers: Sequence[threading.Timer] = (),
+) -> None:
+    """A client-side experiment (tests/test_bullmq_real_stuck.py, _maxretries.py, _resend.py): the healthy
+    sweeper on every victim's queue, and one stalls.mjs Worker per victim talking to Redis at `sock` through a
+    `RedisProxy` of its own (set as `victim.proxy`) with `worker_args(victim)` (its jobs and options); every
+    message of a victim's queue goes to `on_message(victim, message)`. Returns once every victim's `done` is
+    set or `deadline` s passed, and 0.3 s more for late events, with every process stopped and every proxy
+    closed (`end_session`, which also cancels `timers`). `settings`: (lockDuration, stalledInterval) in ms."""
+    from emqsim.live.proxy import RedisProxy
+
+    lock_ms, stalled_ms = settings
+    common = ["--socket", sock, "--lock-duration", str(lock_ms), "--stalled-interval", str(stalled_ms)]
+    procs: list[NodeProcess] = []
+    try:
+        procs.append(
+            start_sweeper(
+                common,
+                [v.queue for v in victims],
+                workdir / "sweeper.log",
+                lambda p, m: [on_message(v, m) for v in victims if v.queue == m.get("queue")],
+            )
+        )
+        for v in victims:
+            v.proxy = RedisProxy(sock)
+            procs.append(
+                NodeProcess(
+                    v.queue,
+                    "stalls.mjs",
+                    [*common, "--queue", v.queue, "--port", str(v.proxy.port), *worker_args(v)],
+                    workdir / f"{v.queue}.log",
+                    lambda p, m, v=v: on_message(v, m),
+                )
+            )
+        end = time.time() + deadline
+        for v in victims:
+            v.done.wait(max(0.0, end - time.time()))
+        time.sleep(0.3)  # late events
+    finally:
+        end_session(timers, procs, [v.proxy for v in victims])
+
+
 def job_state(rdb: Any, queue: str, job: str) -> str | None:
     """Which of BullMQ's completed, failed, active and wait sets holds `job` of `queue` (the last listed, if
     several do), or None: a client-side experiment's final state of a job, read from Redis."""
