@@ -512,6 +512,7 @@ def test_a_live_worker_rejects_its_held_requests_at_ioredis_flushes(
     assert outcomes(live) == outcomes(sim) == want
     assert live.requests["finish"] == sim.requests["finish"]  # a moveToFailed counts as one, rejected or not
     assert live.requests["take"] == sim.requests["take"]  # so does a moveToActive rejected after the give-up
+    assert live.requests["renew"] == sim.requests["renew"]  # every renewal sent, rejected or not
     error = MAX_RETRIES_ERROR.format(n=max_retries)
     first = [next(a for a in r.attempts if a.attempt == 1) for r in (live, sim)]
     for run, attempt in zip((live, sim), first, strict=True):
@@ -610,6 +611,24 @@ def test_a_live_worker_rejects_a_held_request_at_the_flush() -> None:
     assert isinstance(reply, Rejected) and reply.ran and reply.reply == 3 and len(sent) == 3
     w.flushes = [(now + 60, now + 61, now + 62, False)]
     assert w.request("finish", command)[1] == 4  # outside the spans: as usual
+
+
+def test_a_live_lock_manager_reads_ages_finer_than_whole_real_ms() -> None:
+    """The live lock manager's due rule on real ms, never truncated to whole ms. At time scale 0.25 BullMQ's
+    tick comes 625 ms real after the reply to the last renewal, which was sent 625 ms plus the round trip
+    (the simulator's 2 ms, 0.5 ms real) earlier: older than min_age (625), so due, as simulated. Truncated to
+    whole ms that age read 625 about one tick in three and the strict rule renewed nothing: the cause of
+    the max-retries live test's missing `renew_lost` (the renewal at 9.3 s never sent)."""
+    from emqsim.live.worker import LiveWorker, Tracked
+
+    w = LiveWorker.__new__(LiveWorker)
+    w.tracked = {"0:1": Tracked("0", 1_000_000.7)}
+    assert w.due_at(1_000_000.7 + 625.2, 625, strict=True) == [("0", "0:1")]  # whole ms: read 625
+    assert w.due_at(1_000_000.7 + 625, 625, strict=True) == []  # exactly as old: not due when strict
+    assert w.due_at(1_000_000.7 + 625, 625, strict=False) == [("0", "0:1")]  # due when not strict
+    assert w.due_at(1_000_000.7 + 624.9, 625, strict=False) == []
+    w.tracked["0:2"] = Tracked("1", 1_000_300.0)
+    assert w.due_at(1_000_926.0, 625, strict=True) == [("0", "0:1"), ("1", "0:2")]
 
 
 def test_a_live_finish_that_ran_before_the_drop_is_rejected_and_its_fetched_job_orphaned(

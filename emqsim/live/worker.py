@@ -94,7 +94,7 @@ class Tracked:
 
     __slots__ = ("job", "ts")
 
-    def __init__(self, job: str, ts: int) -> None:
+    def __init__(self, job: str, ts: float) -> None:
         self.job = job
         self.ts = ts
 
@@ -335,10 +335,10 @@ class LiveWorker(Resending, Rejecting):
             job, token = fetched
         else:
             started = time.time()
-            self.begin(job, token, t, started, int(started * 1000))
+            self.begin(job, token, t, started, started * 1000)
         self.run_job(job, token, slots)
 
-    def begin(self, job: str, token: str, t: float, started: float, tracked_ms: int, **extra: Any) -> None:
+    def begin(self, job: str, token: str, t: float, started: float, tracked_ms: float, **extra: Any) -> None:
         """Start work on a job taken at (sent) time `t`: the lock manager tracks it from `tracked_ms`."""
         with self.tracked_lock:
             if self.by_job:  # a lock manager keyed by job id: a re-take replaces the stale entry
@@ -455,13 +455,21 @@ class LiveWorker(Resending, Rejecting):
         if self.doomed(fetched):  # marked by lazy_fail: failed at once, never started
             self.emit("take", job=fetched, token=nxt, t=sent, s=None, fetched=True)
             return self.fail_job(fetched, nxt, "job stalled more than allowable limit", attempts=1)
-        self.begin(fetched, nxt, sent, time.time(), int(sent * 1000), fetched=True)
+        self.begin(fetched, nxt, sent, time.time(), sent * 1000, fetched=True)
         return fetched, nxt
+
+    def due_at(self, now_ms: float, min_age: float, strict: bool) -> list[tuple[str, str]]:
+        """(job, token) of the tracked takes a tick at `now_ms` renews: older than `min_age` (as old, when not
+        `strict`), in real ms never truncated to whole ms. A real ms is 1/time_scale simulated ones (4 at 0.25),
+        more than the round trip (2 ms) by which BullMQ's tick after the reply finds a lease older than its
+        min_age: truncated, 625.x ms read 625 about one tick in three, and the strict rule renewed nothing."""
+        ages = [(h.job, token, now_ms - h.ts) for token, h in self.tracked.items()]
+        return [(job, token) for job, token, age in ages if age > min_age or (not strict and age >= min_age)]
 
     def lock_manager(self) -> None:
         rule = self.cfg["renewal"]
         tick, recreate = rule["tick_ms"] / 1000, rule["recreate_missing"]
-        lease_ms, min_age = rule["lease_ms"], rule["min_age_ms"] - (0 if rule["strict"] else 1)
+        lease_ms, min_age, strict = rule["lease_ms"], rule["min_age_ms"], rule["strict"]
         next_tick = self.t0 + self.first_renew_ms / 1000
         self.sleep_until(next_tick)
         while not self.stopping.is_set():
@@ -469,9 +477,9 @@ class LiveWorker(Resending, Rejecting):
             with self.tick:
                 self.tick_pending = True
             now = time.time()
-            now_ms = int(now * 1000)
-            with self.tracked_lock:  # due: older than min_age ms (or as old, when not strict; whole ms)
-                due = [(h.job, t) for t, h in self.tracked.items() if now_ms - h.ts > min_age]
+            now_ms = now * 1000
+            with self.tracked_lock:
+                due = self.due_at(now_ms, min_age, strict)
                 if due and next(self.skips, "0") == "1":  # Network.skipped_ticks: nothing sent, `ts` stays
                     self.emit("renew_skipped", t=now, held=due)
                     due = []
