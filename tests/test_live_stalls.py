@@ -512,7 +512,12 @@ def test_a_live_worker_rejects_its_held_requests_at_ioredis_flushes(
     assert outcomes(live) == outcomes(sim) == want
     assert live.requests["finish"] == sim.requests["finish"]  # a moveToFailed counts as one, rejected or not
     assert live.requests["take"] == sim.requests["take"]  # so does a moveToActive rejected after the give-up
-    assert live.requests["renew"] == sim.requests["renew"]  # every renewal sent, rejected or not
+    if want[0][2] == "finish_rejected":
+        # Every renewal sent, the rejected one too (the flaky runs sent 4 of 5: a due tick read as not due).
+        # Not compared in the other two: there the renewal of 9.3 s waits behind the moveToFailed or finish
+        # that ends the run at the reconnect, and live counts a renewal from its reply, which may come after
+        # the worker is stopped (1 of 40 null-waits runs beside a busy loop); the simulator counts it when sent.
+        assert live.requests["renew"] == sim.requests["renew"]
     error = MAX_RETRIES_ERROR.format(n=max_retries)
     first = [next(a for a in r.attempts if a.attempt == 1) for r in (live, sim)]
     for run, attempt in zip((live, sim), first, strict=True):
