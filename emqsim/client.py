@@ -172,7 +172,13 @@ class Client:
         n = self._max_retries
         if n is None:
             return None
-        for begin, _, back in self.outages:
+        return self.flush_time(n, now, read_at, self.outages)
+
+    @staticmethod
+    def flush_time(n: int, now: int, read_at: int, outages: list[tuple[int, int, int]]) -> int | None:
+        """`flush_at` for a client with `maxRetriesPerRequest` = n past `outages` (the live mode asks it which
+        of its requests a flush rejects); changes nothing."""
+        for begin, _, back in outages:
             if begin >= read_at:
                 break
             if back <= now:
@@ -246,7 +252,8 @@ class Client:
         else:
             self.env.process(self.sweeper(first_ms))
 
-    def route_at(self, now: int, rtt_ms: int, outages: list[tuple[int, int, int]]) -> tuple[int, int]:
+    @staticmethod
+    def route_at(now: int, rtt_ms: int, outages: list[tuple[int, int, int]]) -> tuple[int, int]:
         """`route` for a request sent at `now` (any time, past or to come) past `outages` (this client's, or
         the part of them not over before `now`); changes nothing."""
         out_ms = rtt_ms // 2

@@ -140,6 +140,7 @@ def test_live_mode_refuses_what_it_cannot_reproduce():
     )  # a failover with its clients on the demoted primary runs live (tests/test_live_stalls.py), not elsewhere
     LiveRun(scenario, lease_policy(), time_scale=SCALE)
     LiveRun(standard("fast-dead"), LeasePolicy(LEASE, BEAT, SCAN, lazy_fail=True), time_scale=SCALE)  # runs
+    LiveRun(standard("max-retries-outage"), lease_policy(), time_scale=SCALE)  # runs (test_live_stalls.py)
     with pytest.raises(ConfigError, match="--without-outages"):
         LiveRun(scenario, lease_policy(), time_scale=SCALE, redis_url="redis://localhost:6379/15")
     # a resent command runs twice live (tests/test_live_stalls.py), with a fixed round trip (the reply is in

@@ -461,3 +461,220 @@ def test_a_live_resent_take_runs_twice_and_orphans_the_job_its_first_run_took(
     assert abs(orphans[0].taken_at - (orphans[1].taken_at - 0.1)) <= margin
     assert abs(orphans[0].reclaimed_at - orphans[1].reclaimed_at) <= margin + 0.1 + 1.0  # the sweeps' phases
     assert sim.end < 20  # the orphaned take counted as stopped (live: `children.py`)
+
+
+# -- ioredis's maxRetriesPerRequest: requests rejected at a queue flush (Network(max_retries_per_request)) -------
+def max_retries_live(max_retries: int | None, outage_for: float) -> tuple[Scenario, LeasePolicy]:
+    """`max-retries-outage` timed for real time: one worker and one 8 s job (the standard one's two workers
+    race for the jobs live, so the outage could hit another job than in the simulator), and the `bullmq`
+    preset with a 10 s lock and a 5 s stalled check (with its 30 s ones the lost finish's job is reclaimed
+    at 47.8 s; here at 18.0 s, 4.5 s real at time_scale 0.25). The worker's connection drops when the work
+    ends (8 s): with `maxRetriesPerRequest` 0 ioredis flushes at 9 and 10 s (`faults.max_retries_flush_ms`)."""
+    from emqsim import standard
+    from emqsim.presets import preset
+
+    scenario = standard(
+        "max-retries-outage",
+        max_retries=max_retries,
+        outage_for=outage_for,
+        duration=8.0,
+        jobs=1,
+        workers=1,
+        horizon=60,
+    )
+    return scenario, preset("bullmq", lease=10.0, scan=5.0)
+
+
+@pytest.mark.parametrize(
+    ("max_retries", "outage_for", "want"),
+    [
+        (0, 5.0, [("0", 1, "finish_rejected", "alive"), ("0", 2, "completed", None)]),
+        (0, 1.5, [("0", 1, "failed", None)]),
+        (None, 5.0, [("0", 1, "completed", None)]),
+    ],
+    ids=["finish-lost", "job-failed", "null-waits"],
+)
+def test_a_live_worker_rejects_its_held_requests_at_ioredis_flushes(
+    need_redis, steady_live, max_retries, outage_for, want
+) -> None:
+    """`Network(max_retries_per_request)` live, against the simulator for the same scenario and seed. With 0
+    and a 5 s outage the finish, held since the drop at 8 s, is rejected at the flush at 9 s; the worker sends
+    moveToFailed, which the flush at 10 s rejects too: the finish is given up (`finish_rejected` with ioredis's
+    text, at 10 s), the renewal sent at 9.3 s is lost (`renew_lost`), the lock lapses and the stalled check
+    takes the job back from the live worker; it runs again and completes. With a 1.5 s outage the client is
+    back at 10 s, before the second flush, so the moveToFailed reaches the real Redis: the job fails with the
+    error. With None (null) the finish waits for the reconnect (13 s) and the job completes once."""
+    from emqsim.client import MAX_RETRIES_ERROR
+
+    scenario, policy = max_retries_live(max_retries, outage_for)
+    live = steady_live(scenario, policy, time_scale=SCALE, seed=0)
+    sim = simulate(scenario, policy, seed=0)
+    assert outcomes(live) == outcomes(sim) == want
+    assert live.requests["finish"] == sim.requests["finish"]  # a moveToFailed counts as one, rejected or not
+    assert live.requests["take"] == sim.requests["take"]  # so does a moveToActive rejected after the give-up
+    if want[0][2] == "finish_rejected":
+        # Every renewal sent, the rejected one too (the flaky runs sent 4 of 5: a due tick read as not due).
+        # Not compared in the other two: there the renewal of 9.3 s waits behind the moveToFailed or finish
+        # that ends the run at the reconnect, and live counts a renewal from its reply, which may come after
+        # the worker is stopped (1 of 40 null-waits runs beside a busy loop); the simulator counts it when sent.
+        assert live.requests["renew"] == sim.requests["renew"]
+    error = MAX_RETRIES_ERROR.format(n=max_retries)
+    first = [next(a for a in r.attempts if a.attempt == 1) for r in (live, sim)]
+    for run, attempt in zip((live, sim), first, strict=True):
+        lost = [e.time for e in run.lock_events if e.kind == "renew_lost"]
+        released = [e for e in run.lock_events if e.kind == "released"]
+        if want[0][2] == "finish_rejected":
+            assert attempt.finish_result == error
+            assert abs(attempt.finish_applied_at - 10.0) <= MARGIN  # given up at the second flush
+            assert len(lost) == 1 and 9.0 <= lost[0] <= 10.0  # sent in the outage, rejected at 10 s
+            assert attempt.reclaimed_at is not None and attempt.reclaimed_at > 10.0 + 5.0  # the lock lapsed
+        elif want[0][2] == "failed":
+            assert abs(attempt.failed_at - 10.0) <= MARGIN and not lost  # moveToFailed ran at the reconnect
+            assert [e.detail for e in released] == [error]
+        else:
+            assert abs(attempt.finish_applied_at - 13.0) <= MARGIN and not lost
+    # One worker sweeps on the simulator's phase, but a live check sent one interval after the last one's
+    # reply can still meet its `stalled-check` key (set for exactly one interval; a ms edge of Redis's clock,
+    # seen here before any outage too): it is skipped and the reclaim, and the end, come one scan later.
+    scan = policy.sweep_interval_ms / 1000
+    if first[0].reclaimed_at is not None:
+        assert abs(first[0].reclaimed_at - first[1].reclaimed_at) <= MARGIN + scan
+    assert abs(live.end - sim.end) <= MARGIN + scan
+    assert live.final_state == sim.final_state
+
+
+def test_the_live_flush_spans_are_the_simulators_rule() -> None:
+    """`flush_spans` asks `Client.flush_time` and `Client.route_at` (the simulator's own rule, not a copy):
+    a send time is in a span, with the flush's time and whether it had run at Redis, exactly when the
+    simulator rejects a request sent then; a window that never recovers ends at the run's end."""
+    from emqsim.client import Client
+    from emqsim.faults import NEVER_MS
+    from emqsim.live.flushes import flush_spans
+
+    cases = (
+        [(8000, 13000, 13000)],
+        [(1000, 1500, 2000), (2050, 2100, 3000), (3150, 3200, 4000)],
+        [(20000, 21500, 22000), (30000, 30000, 31000)],
+        [(5000, 9000, NEVER_MS)],
+    )
+
+    def rule(now: int) -> int | None:
+        out_ms, back_ms = Client.route_at(now, rtt, windows)
+        return Client.flush_time(n, now, now + out_ms + back_ms, windows)
+
+    for windows in cases:
+        until = min(windows[-1][2], 30_000)
+        for n in (0, 1, 20):
+            for rtt in (1, 7, 200):
+                spans = flush_spans(windows, n, rtt, until)
+                # every ms around each drop, each reconnect and each flush; every 13th ms in between
+                points = {0, until - 1, until}
+                for begin, _, back in windows:
+                    points |= {*range(begin - 210, begin + 10), *range(back - 5, back + 5)}
+                    points |= set(range(begin, min(back, until), 13))
+                flushes = {rule(t) for t in set(points)} - {None}
+                points |= {f + d for f in flushes if f is not None for d in range(-3, 4)}
+                for now in sorted(t for t in points if t >= 0):
+                    flush = rule(now)
+                    out_ms, _ = Client.route_at(now, rtt, windows)
+                    want = [] if flush is None or now >= until else [(flush, now + out_ms < flush)]
+                    got = [(f, ran) for lo, hi, f, ran in spans if lo <= now < hi]
+                    assert got == want, (windows, n, rtt, now)
+        assert flush_spans(windows, 0, 2, until), windows  # each case rejects something
+
+
+def test_a_live_worker_rejects_a_held_request_at_the_flush() -> None:
+    """`Rejecting`, without Redis: a request of a kind the simulator rejects, sent in a span, is answered
+    `Rejected` at the span's flush; one that had reached Redis first (`ran`) is sent once (its reply kept for
+    the records); another kind, a parked take's poll, or a send outside the spans goes as usual."""
+    import threading
+    import time
+
+    from emqsim.live.rejects import Rejected
+    from emqsim.live.worker import LiveWorker
+
+    w = LiveWorker.__new__(LiveWorker)
+    w.stopping = threading.Event()
+    w.outages, w.held, w.switches, w.loss, w.resend = [], [], [], 0.0, []
+    now = time.time()
+    w.flushes = [(now - 1.0, now + 5.0, now + 0.2, False)]
+    w.reject_kinds = {"finish", "renew"}
+    sent: list[float] = []
+
+    def command(t: float) -> int:
+        sent.append(t)
+        return len(sent)
+
+    issued: list[bool] = []
+    t, reply = w.request("finish", command, issued=lambda: issued.append(True))
+    assert isinstance(reply, Rejected) and not reply.ran and reply.reply is None
+    assert sent == [] and issued == [True] and time.time() >= now + 0.2  # learnt at the flush
+    assert w.request("sweep", command)[1] == 1  # a stalled check is never rejected
+    assert w.request("finish", command, offline=False)[1] == 2  # nor a parked take's poll
+    w.flushes = [(now - 1.0, now + 5.0, time.time() + 0.05, True)]
+    _, reply = w.request("renew", command)
+    assert isinstance(reply, Rejected) and reply.ran and reply.reply == 3 and len(sent) == 3
+    w.flushes = [(now + 60, now + 61, now + 62, False)]
+    assert w.request("finish", command)[1] == 4  # outside the spans: as usual
+
+
+def test_a_live_lock_manager_reads_ages_finer_than_whole_real_ms() -> None:
+    """The live lock manager's due rule on real ms, never truncated to whole ms. At time scale 0.25 BullMQ's
+    tick comes 625 ms real after the reply to the last renewal, which was sent 625 ms plus the round trip
+    (the simulator's 2 ms, 0.5 ms real) earlier: older than min_age (625), so due, as simulated. Truncated to
+    whole ms that age read 625 about one tick in three and the strict rule renewed nothing: the cause of
+    the max-retries live test's missing `renew_lost` (the renewal at 9.3 s never sent)."""
+    from emqsim.live.worker import LiveWorker, Tracked
+
+    w = LiveWorker.__new__(LiveWorker)
+    w.tracked = {"0:1": Tracked("0", 1_000_000.7)}
+    assert w.due_at(1_000_000.7 + 625.2, 625, strict=True) == [("0", "0:1")]  # whole ms: read 625
+    assert w.due_at(1_000_000.7 + 625, 625, strict=True) == []  # exactly as old: not due when strict
+    assert w.due_at(1_000_000.7 + 625, 625, strict=False) == [("0", "0:1")]  # due when not strict
+    assert w.due_at(1_000_000.7 + 624.9, 625, strict=False) == []
+    w.tracked["0:2"] = Tracked("1", 1_000_300.0)
+    assert w.due_at(1_000_926.0, 625, strict=True) == [("0", "0:1"), ("1", "0:2")]
+
+
+def test_a_live_finish_that_ran_before_the_drop_is_rejected_and_its_fetched_job_orphaned(
+    need_redis, steady_live
+) -> None:
+    """A rejected request that had already run at Redis (the simulator's `REJECTED_RAN`), live: the
+    resent-finish timing above (round trip 0.2 s, worker 0's finish held by a block until 2.6 s, the drop at
+    2.77 s) with `maxRetriesPerRequest` 0 instead of a resend: the disconnect itself flushes, and a finish
+    sent in [2.57, 2.67) s had reached Redis first, so it runs on the real server (the job completes and its
+    fetchNext locks job 3 to the worker), the worker learns of it only as a rejection at 2.77 s and sends
+    moveToFailed, which reaches Redis at the reconnect (3.77 s) and is refused (Missing lock), leaving the
+    records as the finish left them. Job 3, taken and never started, is reclaimed after its lease and runs
+    again. The simulator's attempts, outcomes and finish count (four finishes and the moveToFailed)."""
+    from dataclasses import replace
+
+    from emqsim import Network
+    from emqsim.presets import preset
+
+    base = resent_finish_live(False)
+    scenario = replace(base, network=Network(rtt=Fixed(0.2), max_retries_per_request=0))
+    policy = preset("bullmq", lease=2.0, scan=1.0)
+    scale, margin = 0.5, 0.15 / 0.5
+    live = steady_live(scenario, policy, time_scale=scale, seed=0)
+    sim = simulate(scenario, policy, seed=0)
+    assert (
+        outcomes(live)
+        == outcomes(sim)
+        == [
+            ("0", 1, "completed", None),
+            ("1", 1, "completed", None),
+            ("2", 1, "completed", None),
+            ("3", 1, "reclaimed", "alive"),
+            ("3", 2, "completed", None),
+        ]
+    )
+    assert live.requests["finish"] == sim.requests["finish"] == 5
+    assert live.final_state == sim.final_state == {"wait": 0, "active": 0, "completed": 4, "failed": 0}
+    for run in (live, sim):
+        orphan = next(a for a in run.attempts if a.job == "3" and a.attempt == 1)
+        ran = next(a for a in run.attempts if a.worker == 0 and a.finish_applied_at == orphan.taken_at)
+        assert ran.finish_result == "accepted" and ran.finish_applied_at < 2.77  # before the drop
+        assert orphan.worker == 0 and orphan.started_at is None
+        latency = orphan.reclaimed_at - orphan.taken_at
+        assert 2.0 - margin <= latency <= 2.0 + 2 * 1.0 + margin, latency  # lease, then the two-phase sweep

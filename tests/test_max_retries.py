@@ -159,8 +159,7 @@ def test_bad_values_are_one_line(tmp_path, capsys) -> None:
     runs = [
         ["run", "--scenario", "max-retries-outage", "--max-retries-per-request", "-1"],
         ["run", "--config", str(path)],
-        ["live", "--scenario", "max-retries-outage"],
-    ]
+    ]  # (`emqsim live --scenario max-retries-outage` runs: tests/test_live_stalls.py)
     for argv in runs:
         try:
             code = main(argv)

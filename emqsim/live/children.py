@@ -21,6 +21,7 @@ from emqsim.faults import (
     OutageWindow,
 )
 from emqsim.keys import QueueKeys
+from emqsim.live.flushes import max_retries_error, rejected_kinds
 from emqsim.live.lua import key_names
 from emqsim.live.partition import Partitions
 from emqsim.live.records import Proc
@@ -131,6 +132,9 @@ class ChildProcesses:
             "chunk_s": min(0.02, max(0.002, 0.25 * (live.renewal or {}).get("tick_ms", 80) / 1000)),
             "slack_s": 0.005,
             "resend_kinds": resent_kinds(self.policy) if network.resend_twice else [],
+            # Network.max_retries_per_request: what a flush rejects, and ioredis's error (emqsim.live.flushes)
+            "reject_kinds": [] if network.max_retries_per_request is None else rejected_kinds(self.policy),
+            "error": max_retries_error(network),
             "network": {
                 "loss": network.loss,
                 "loss_on": network.loss_on,
@@ -190,6 +194,7 @@ class ChildProcesses:
             "redis": url,  # the worker's own address (a partition's proxy), if not the run's
             "held": proc.held,  # its partitions: what it sends meanwhile reaches Redis at their end
             "resend": proc.resend,  # Network(resend_twice): what it sends then runs twice (emqsim.live.resend)
+            "flushes": proc.flushes,  # Network(max_retries_per_request): what a flush rejects (live.flushes)
             # Network.skipped_ticks: which of its due renewal ticks renew nothing, the simulator's own draws
             # (its "ticks" stream, one per due tick), drawn here: the worker imports no NumPy
             "skips": self.skipped_ticks(wid) if proc.role == "worker" else "",
@@ -326,6 +331,8 @@ class ChildProcesses:
             self.executing.pop(ev["token"], None)
             if ev["active"]:
                 self.settled += 1
+        elif kind == "given_up":  # its finish and moveToFailed rejected (live.flushes): a sweep takes it back
+            self.executing.pop(ev["token"], None)
         elif kind == "failed":  # a holder's failure: the job failed, or with attempts left went back to wait
             self.executing.pop(ev["token"], None)
             if ev["active"] and not ev["retried"]:

@@ -41,6 +41,7 @@ class Proc:
     outages: list[tuple[float, float]] = field(default_factory=list)  # (disconnected, reconnected), real
     held: list[tuple[float, float]] = field(default_factory=list)  # a partition's proxy holding, real
     resend: list[tuple[float, float, float]] = field(default_factory=list)  # runs twice (live.resend), real
+    flushes: list[tuple[float, float, float, bool]] = field(default_factory=list)  # live.flushes, real
 
     def state_at(self, t: float) -> str:
         """Its state at real time `t`: as the simulator's `Worker.state_at`, an alive worker whose connection
@@ -130,6 +131,12 @@ def build_run(self: RunFacts, end: float, ended_by: str) -> Run:
             ledger.fail_applied(a, s(ev["t"]), moved, None if code == 0 else _finish_error(code, a.job))
             if moved and locks and self.live.fenced:
                 ledger.lock(s(ev["t"]), a.job, a.token, "released", detail=ev["reason"])
+        elif kind == "given_up" and ev["token"] in by_token:  # its finish and moveToFailed rejected
+            a = by_token[ev["token"]]
+            applied.add(a.token)
+            ledger.finish_applied(a, s(ev["t"]), ev["error"])  # the simulator's `Server.finish_given_up`
+        elif kind == "renew" and locks and ev.get("rejected"):  # rejected at a flush: never reached Redis
+            ledger.renewals_lost(ev["held"], s(ev["t"]))
         elif kind == "renew_skipped" and locks:  # Network.skipped_ticks: nothing was sent
             for job, token in ev["held"]:
                 ledger.lock(s(ev["t"]), job, token, "renew_skipped")
@@ -201,7 +208,8 @@ def build_run(self: RunFacts, end: float, ended_by: str) -> Run:
     kinds = {"take": "take", "finishing": "finish", "failing": "finish", "renew": "renew", "sweep": "sweep"}
     counts = {"poll": sum(p.counts.get("poll", 0) for p in procs.values())}
     for ev in self.events:
-        kind = ev["kind"] if ev["e"] == "resent" else kinds.get(ev["e"])  # a finish's resent copy counts too
+        # a finish's resent copy counts too, and a take rejected at a flush (live.flushes)
+        kind = ev["kind"] if ev["e"] in ("resent", "rejected") else kinds.get(ev["e"])
         if ev.get("fetched"):  # a take by a finish's fetchNext: in the finish's round trip, as the simulator
             continue
         if kind is not None and ev not in self.synthetic_takes:

@@ -4,6 +4,8 @@ Standard library (and redis-py) only: emqsim/live/worker.py, run as a file, load
 `Resending` is the part of `LiveWorker` that plays `Network(resend_twice=True)` (emqsim/live/resend.py says
 how the parent finds the windows): a request whose reply the simulator's rule says a drop catches runs at
 the real Redis, its reply is thrown away, and the same command is sent again when ioredis would resend it.
+Its `call` sends a request on the real connection: a write a failover's demoted primary refuses comes back
+as READONLY, and a connection an outage (or a restart) closed is tried again at the reconnect.
 """
 
 from __future__ import annotations
@@ -21,17 +23,52 @@ READONLY_CODE = -100  # emqsim.protocol.READONLY: a finish refused with READONLY
 
 
 class Resending:
-    """`deliver` and `ran_first`, for `LiveWorker` (which provides `call`, `emit` and `sleep_until`)."""
+    """`call`, `deliver` and `ran_first`, for `LiveWorker` (which provides `emit`, `sleep_until`,
+    `reconnect_at` and the windows from `go`)."""
 
     resend: Sequence[tuple[float, float, float]] = ()  # real (from, until, copy sent at), from `go`
     resend_kinds: Collection[str] = frozenset()  # the kinds the simulator resends (live.resend.resent_kinds)
     stopping: threading.Event
-
-    def call(self, fn: Any, t: float) -> Any: ...  # (LiveWorker's)
+    outages: list[tuple[float, float, bool]]  # (disconnected, reconnected, Redis itself down), real
+    switches: list[tuple[float, float]]  # around a failover whose clients stay on the demoted primary, real
 
     def emit(self, event: str, **fields: Any) -> None: ...  # (LiveWorker's)
 
     def sleep_until(self, when: float) -> None: ...  # (LiveWorker's)
+
+    def reconnect_at(self, t: float) -> float | None: ...  # (LiveWorker's)
+
+    def call(self, fn: Any, t: float) -> Any:
+        """`fn(t)`. A connection closed by an outage's disconnect: the request is resent at the reconnect.
+        Around a Redis restart a refused or dropped connection is tried again every 5 ms (for up to 30 s
+        after the last restart's reconnect). Elsewhere a connection error ends the worker, as before."""
+        while True:
+            try:
+                return fn(t)
+            except redis.ResponseError as exc:
+                readonly = isinstance(exc, redis.exceptions.ReadOnlyError) or str(exc).startswith("READONLY")
+                now = time.time()
+                if readonly and any(begin <= now <= end for begin, end in self.switches):
+                    return READONLY  # a failover's demoted primary refused the write: the caller goes on
+                raise  # elsewhere (a replica given as --redis) it ends the run with Redis's words
+            except redis.ConnectionError:
+                if self.stopping.is_set():
+                    raise
+                back = self.reconnect_at(time.time())
+                if back is not None:
+                    self.sleep_until(back)
+                    continue
+                now = time.time()
+                if self.reconnect_at(now - 0.25) is not None:  # the parent reopens the far side (a
+                    time.sleep(0.005)  # partition's proxy) a few ms after the reconnect: try again
+                    continue
+                if any(begin <= now <= end for begin, end in self.switches):
+                    time.sleep(0.005)  # a failover's server demoted or left: ioredis reconnects
+                    continue
+                last = max((back for _, back, down in self.outages if down), default=None)
+                if last is None or time.time() > last + 30.0:
+                    raise
+                time.sleep(0.005)
 
     def deliver(self, fn: Any, t: float, issued: Any, kind: str, first: Any) -> tuple[float, Any]:
         """`fn(t)` sent at `t` -> (t, reply); `issued()` once it is answered. With `Network.resend_twice`, a

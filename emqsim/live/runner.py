@@ -54,6 +54,7 @@ from emqsim.live.children import SPARES, ChildProcesses
 from emqsim.live.clockwatch import ClockWatch, Steadiness
 from emqsim.live.failover import Failover, check_failover, failovers_of
 from emqsim.live.faults import FaultInjection, memory_pressure
+from emqsim.live.flushes import flush_spans, round_trip_ms
 from emqsim.live.partition import Partitions, check_partitions
 from emqsim.live.records import Proc, build_run
 from emqsim.live.resend import catch_windows, check_resend, in_flight_warning, rtt_ms
@@ -140,11 +141,6 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
         in_flight = in_flight_warning(scenario.network, self.scale)
         if in_flight is not None:
             warnings.warn(in_flight, LiveWarning, stacklevel=3)
-        if scenario.network.max_retries_per_request is not None:
-            raise ConfigError(
-                "live mode cannot reproduce Network(max_retries_per_request): its workers' clients hold every "
-                "request through an outage (null); run max-retries-outage in the simulator only"
-            )
         # Connection outages: each worker's windows come from the simulator's own function and streams.
         self.outage_spans = outage_spans(scenario.faults)
         # Redis restarts: the parent really stops its private redis-server and starts it again on its data.
@@ -271,6 +267,13 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
             to_real = self.real_window
             proc.resend = [
                 to_real((a, b, c)) for a, b, c in catch_windows(windows, rtt_ms(self.scenario.network))
+            ]
+        n = self.scenario.network.max_retries_per_request
+        if n is not None:  # the requests a flush rejects (emqsim.live.flushes), up to the run's horizon
+            horizon_ms, rtt = to_ms(self.scenario.horizon) + 1, round_trip_ms(self.scenario.network)
+            proc.flushes = [
+                (*self.real_window((a, b, f)), ran)
+                for a, b, f, ran in flush_spans(windows, n, rtt, horizon_ms)
             ]
         return real
 

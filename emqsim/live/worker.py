@@ -33,7 +33,8 @@ connection is closed by the shutdown, the parked take is dropped with it and res
 every other request, and a request that meets the server still starting is tried again every 5 ms, as
 ioredis keeps reconnecting. With `Network(resend_twice)` a request sent where the simulator's rule says a drop
 catches its reply runs twice: its reply is thrown away and the same command sent again when ioredis would
-resend it (`Resending`, emqsim/live/replies.py).
+resend it (`Resending`, emqsim/live/replies.py). With `Network(max_retries_per_request)` a request still held
+at one of ioredis's queue flushes is rejected there (`Rejecting`, emqsim/live/rejects.py).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def _sibling(name: str) -> Any:
 
 if __package__:
     from .lua import RawScripts
+    from .rejects import Rejected, Rejecting
     from .replies import LOST, READONLY, READONLY_CODE, Resending, redis_refusal
     from .sandbox import Sandbox
 else:  # run as a file: the same classes, loaded from their files
@@ -75,6 +77,8 @@ else:  # run as a file: the same classes, loaded from their files
     LOST, READONLY, READONLY_CODE = _r.LOST, _r.READONLY, _r.READONLY_CODE
     Resending, redis_refusal = _r.Resending, _r.redis_refusal  # type: ignore[misc]
     Sandbox = _sibling("sandbox").Sandbox  # type: ignore[misc]
+    _j = _sibling("rejects")  # once: `Rejected` must be the class `Rejecting` makes
+    Rejected, Rejecting = _j.Rejected, _j.Rejecting  # type: ignore[misc]
 
 # Real seconds a Redis call may wait for a reply; as emqsim.live.server.SOCKET_TIMEOUT (no emqsim import here).
 SOCKET_TIMEOUT = 5.0
@@ -90,12 +94,12 @@ class Tracked:
 
     __slots__ = ("job", "ts")
 
-    def __init__(self, job: str, ts: int) -> None:
+    def __init__(self, job: str, ts: float) -> None:
         self.job = job
         self.ts = ts
 
 
-class LiveWorker(Resending):
+class LiveWorker(Resending, Rejecting):
     """One process: its settings, its Redis connection pool, its threads."""
 
     def __init__(self, cfg: dict[str, Any]) -> None:
@@ -130,6 +134,8 @@ class LiveWorker(Resending):
         # real (from, until, copy sent at): requests of `resend_kinds` sent then run twice (`deliver`, `go`)
         self.resend: list[tuple[float, float, float]] = []
         self.resend_kinds = set(cfg.get("resend_kinds") or ())
+        # Network.max_retries_per_request: real (from, until, flush, ran) spans a flush rejects (`go`, `reject`)
+        self.reject_kinds, self.max_retries_error = set(cfg.get("reject_kinds") or ()), cfg.get("error", "")
         # real (from, until) around a failover whose clients stay on the demoted primary (`go`): a closed
         # connection is reopened (the demotion, then the move to the new primary close them)
         self.switches: list[tuple[float, float]] = []
@@ -203,6 +209,10 @@ class LiveWorker(Resending):
                 if not retry:
                     return time.time(), LOST
                 continue
+            # a flush rejects it (Network.max_retries_per_request; rejects.py); a parked take is not rejected
+            hit = self.rejection(kind, time.time()) if offline else None
+            if hit is not None:
+                return self.reject(fn, time.time(), *hit, issued)
             if offline or self.redis_down_at(time.time()):
                 t, reply = self.send(fn, issued, kind, first)
                 return self.reached(t), reply
@@ -227,40 +237,6 @@ class LiveWorker(Resending):
 
     def redis_down_at(self, t: float) -> bool:
         return any(begin <= t < back and down for begin, back, down in self.outages)
-
-    def call(self, fn: Any, t: float) -> Any:
-        """`fn(t)`. A connection closed by an outage's disconnect: the request is resent at the reconnect.
-        Around a Redis restart a refused or dropped connection is tried again every 5 ms (for up to 30 s
-        after the last restart's reconnect). Elsewhere a connection error ends the worker, as before."""
-        while True:
-            try:
-                return fn(t)
-            except redis.ResponseError as exc:
-                readonly = isinstance(exc, redis.exceptions.ReadOnlyError) or str(exc).startswith("READONLY")
-                now = time.time()
-                if readonly and any(begin <= now <= end for begin, end in self.switches):
-                    return READONLY  # a failover's demoted primary refused the write: the caller goes on
-                raise  # elsewhere (a replica given as --redis) it ends the run with Redis's words
-            except redis.ConnectionError:
-                if self.stopping.is_set():
-                    raise
-                back = self.reconnect_at(time.time())
-                if back is not None:
-                    self.sleep_until(back)
-                    continue
-                now = time.time()
-                if (
-                    self.reconnect_at(now - 0.25) is not None
-                ):  # the parent reopens the far side (a partition's
-                    time.sleep(0.005)  # proxy) on its own clock, a few ms after the reconnect: try again
-                    continue
-                if any(begin <= now <= end for begin, end in self.switches):
-                    time.sleep(0.005)  # a failover's server demoted or left: ioredis reconnects
-                    continue
-                last = max((back for _, back, down in self.outages if down), default=None)
-                if last is None or time.time() > last + 30.0:
-                    raise
-                time.sleep(0.005)
 
     def send(self, fn: Any, issued: Any = None, kind: str = "", first: Any = None) -> tuple[float, Any]:
         """Send `fn(t)` now, or, while disconnected, queue it until the reconnect and send it then, after the
@@ -317,6 +293,9 @@ class LiveWorker(Resending):
                 self.wait_loop()
                 first: list[Any] = []
                 t, job = self.request("take", take_as(token), offline=not parked, first=first)
+                if isinstance(job, Rejected):  # BullMQ fetches again (at the reconnect: its marker wait)
+                    token, parked = self.take_rejected(job, token, t), False
+                    continue
                 for ran, got in first:  # ran twice (`deliver`): the job the first run took is orphaned
                     if got is not None and got is not READONLY:
                         self.emit("take", job=got, token=token, t=ran, s=None, orphan=True)
@@ -356,10 +335,10 @@ class LiveWorker(Resending):
             job, token = fetched
         else:
             started = time.time()
-            self.begin(job, token, t, started, int(started * 1000))
+            self.begin(job, token, t, started, started * 1000)
         self.run_job(job, token, slots)
 
-    def begin(self, job: str, token: str, t: float, started: float, tracked_ms: int, **extra: Any) -> None:
+    def begin(self, job: str, token: str, t: float, started: float, tracked_ms: float, **extra: Any) -> None:
         """Start work on a job taken at (sent) time `t`: the lock manager tracks it from `tracked_ms`."""
         with self.tracked_lock:
             if self.by_job:  # a lock manager keyed by job id: a re-take replaces the stale entry
@@ -413,6 +392,8 @@ class LiveWorker(Resending):
 
         first: list[Any] = []
         sent, reply = self.request("finish", finish, first=first)
+        if isinstance(reply, Rejected):  # a flush rejected it: BullMQ's handleFailed (emqsim/live/rejects.py)
+            return self.finish_rejected(reply, job, token, sent, nxt)
         ran, ran_reply = self.ran_first(first, sent, reply, job, token, nxt)
         if reply is READONLY:  # refused, and its moveToFailed too: the job is given up (reclaimed later)
             reply = [READONLY_CODE, 0]
@@ -422,11 +403,11 @@ class LiveWorker(Resending):
         return self.after_finish(job, token, sent, fetched, nxt)
 
     def fail_job(
-        self, job: str, token: str, reason: str, attempts: int | None = None
+        self, job: str, token: str, reason: str, attempts: int | None = None, finish_ran: bool = False
     ) -> tuple[str, str] | None:
         """moveToFinished(failed) by the holder (fail.lua), retried while the job's `attempts` are not used up;
         with fetchNext an accepted failure that is not a retry takes the next job (returned, as
-        `work_and_finish` does)."""
+        `work_and_finish` does). `finish_ran`: it follows a rejected finish that had run (emqsim/live/rejects.py)."""
         self.wait_loop()
         t = time.time()
         self.emit("failing", job=job, token=token, t=t, reason=reason)
@@ -442,16 +423,21 @@ class LiveWorker(Resending):
 
         first: list[Any] = []
         sent, reply = self.request("finish", fail, first=first)
+        if isinstance(reply, Rejected):  # a flush rejected it too: given up (emqsim/live/rejects.py)
+            self.fail_rejected(reply, job, token, sent, nxt, finish_ran)
+            return self.after_finish(job, token)
         ran, ran_reply = self.ran_first(first, sent, reply, job, token, nxt)
         fetched = None if reply is READONLY else reply[3]
         code, active, retried = [READONLY_CODE, 0, 0] if ran_reply is READONLY else ran_reply[:3]
+        if finish_ran and code != 0:  # refused after a finish that ran: the records stay the finish's
+            return self.after_finish(job, token)
         self.emit(
             "failed", job=job, token=token, t=ran, code=code, active=active, retried=retried, reason=reason
         )
         return self.after_finish(job, token, sent, str(fetched) if fetched else None, nxt)
 
     def after_finish(
-        self, job: str, token: str, sent: float, fetched: str | None, nxt: str | None
+        self, job: str, token: str, sent: float = 0.0, fetched: str | None = None, nxt: str | None = None
     ) -> tuple[str, str] | None:
         """Stop renewing a finished (or failed) job; start the job its fetchNext took, if any."""
         with self.tracked_lock:
@@ -469,13 +455,21 @@ class LiveWorker(Resending):
         if self.doomed(fetched):  # marked by lazy_fail: failed at once, never started
             self.emit("take", job=fetched, token=nxt, t=sent, s=None, fetched=True)
             return self.fail_job(fetched, nxt, "job stalled more than allowable limit", attempts=1)
-        self.begin(fetched, nxt, sent, time.time(), int(sent * 1000), fetched=True)
+        self.begin(fetched, nxt, sent, time.time(), sent * 1000, fetched=True)
         return fetched, nxt
+
+    def due_at(self, now_ms: float, min_age: float, strict: bool) -> list[tuple[str, str]]:
+        """(job, token) of the tracked takes a tick at `now_ms` renews: older than `min_age` (as old, when not
+        `strict`), in real ms never truncated to whole ms. A real ms is 1/time_scale simulated ones (4 at 0.25),
+        more than the round trip (2 ms) by which BullMQ's tick after the reply finds a lease older than its
+        min_age: truncated, 625.x ms read 625 about one tick in three, and the strict rule renewed nothing."""
+        ages = [(h.job, token, now_ms - h.ts) for token, h in self.tracked.items()]
+        return [(job, token) for job, token, age in ages if age > min_age or (not strict and age >= min_age)]
 
     def lock_manager(self) -> None:
         rule = self.cfg["renewal"]
         tick, recreate = rule["tick_ms"] / 1000, rule["recreate_missing"]
-        lease_ms, min_age = rule["lease_ms"], rule["min_age_ms"] - (0 if rule["strict"] else 1)
+        lease_ms, min_age, strict = rule["lease_ms"], rule["min_age_ms"], rule["strict"]
         next_tick = self.t0 + self.first_renew_ms / 1000
         self.sleep_until(next_tick)
         while not self.stopping.is_set():
@@ -483,9 +477,9 @@ class LiveWorker(Resending):
             with self.tick:
                 self.tick_pending = True
             now = time.time()
-            now_ms = int(now * 1000)
-            with self.tracked_lock:  # due: older than min_age ms (or as old, when not strict; whole ms)
-                due = [(h.job, t) for t, h in self.tracked.items() if now_ms - h.ts > min_age]
+            now_ms = now * 1000
+            with self.tracked_lock:
+                due = self.due_at(now_ms, min_age, strict)
                 if due and next(self.skips, "0") == "1":  # Network.skipped_ticks: nothing sent, `ts` stays
                     self.emit("renew_skipped", t=now, held=due)
                     due = []
@@ -515,7 +509,9 @@ class LiveWorker(Resending):
                         readonly=got is READONLY,
                     )
                 lost = failed is LOST
-                if failed is READONLY:  # nothing extended; the jobs stay tracked and are tried again
+                if isinstance(failed, Rejected):  # a flush rejected it: its jobs stay tracked
+                    failed = self.renew_rejected(failed, due, sent)
+                elif failed is READONLY:  # nothing extended; the jobs stay tracked and are tried again
                     self.emit("renew", t=sent, held=due, failed=[], readonly=True)
                     failed = []
                 else:
@@ -658,6 +654,9 @@ class LiveWorker(Resending):
                 self.switches = [(float(b), float(e)) for b, e in go.get("switches", ())]
                 self.held = [(float(b), float(e)) for b, e in go.get("held", ())]
                 self.resend = [(float(b), float(u), float(a)) for b, u, a in go.get("resend", ())]
+                self.flushes = [
+                    (float(b), float(u), float(f), bool(r)) for b, u, f, r in go.get("flushes", ())
+                ]
                 self.skips = iter(go.get("skips", ""))  # Network.skipped_ticks: "1" skips a due tick
                 if go.get("redis"):  # its own address: a silent partition's proxy
                     self.cfg["redis"] = go["redis"]
