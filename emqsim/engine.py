@@ -141,7 +141,11 @@ class Simulation:
         self.keep_records = job_sink is None
         self._settled_open: set[str] = set()  # streaming: settled jobs with an attempt that may still change
         self._arrival_of: dict[str, float] = {}  # streaming: arrival times of jobs not yet closed
-        self.workers: dict[int, Worker] = {}
+        self.workers: dict[int, Worker] = {}  # the workers that have not crashed
+        # the ids of those that did: a crashed worker never lives again (a restart is a new worker), so the run
+        # lets it go (its outage windows to the horizon, round-trip draws and streams: a long run replaces
+        # thousands) and keeps only that it is dead
+        self.departed: set[int] = set()
         self._sweeper_phase: tuple[int, int] | None = None  # see _sweep_phases
         self.worker_events: list[WorkerEvent] = []
         self.executing = 0
@@ -167,7 +171,7 @@ class Simulation:
             self.worker_events.append(WorkerEvent(self.env.now / 1000, wid, kind, detail))
 
     def worker_state(self, wid: int) -> str:
-        return self.workers[wid].state_at(int(self.env.now))
+        return DEAD if wid in self.departed else self.workers[wid].state_at(int(self.env.now))
 
     def attempts_started(self, n: int) -> None:
         self.executing += n
@@ -187,6 +191,8 @@ class Simulation:
             self.done.succeed()
 
     def worker_crashed(self, worker: Worker, stopped: list[AttemptDraft]) -> None:
+        del self.workers[worker.wid]
+        self.departed.add(worker.wid)
         if worker.restart_after_ms is not None:
             self.env.process(self._restart(worker.restart_after_ms))
         if self.job_sink is not None:
@@ -218,7 +224,7 @@ class Simulation:
         sink(attempts, self._arrival_of.pop(job_id), None)
 
     def _worker_dead(self, wid: int) -> bool:
-        return self.workers[wid].state == DEAD
+        return wid in self.departed or self.workers[wid].state == DEAD
 
     def job_started(self, worker: Worker, attempt: AttemptDraft) -> None:
         if attempt.attempt != 1:
@@ -436,7 +442,9 @@ class Simulation:
         yield self.env.timeout(to_ms(fault.at))
         if self.fault_last:
             yield self.env.timeout(0)  # after the events already due in this millisecond
-        worker = self.workers[fault.worker]
+        worker = self.workers.get(fault.worker)
+        if worker is None:  # it crashed before: nothing to do to a dead worker
+            return
         if isinstance(fault, Crash):
             worker.crash(_restart_ms(fault.restart_after))
         else:
