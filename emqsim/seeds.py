@@ -18,10 +18,15 @@ STREAMS["ticks"] = 9  # Network.skipped_ticks: a worker's renewal-timer skips (9
 
 def stream(seed: int, replication: int, name: str, *index: int) -> np.random.Generator:
     """An independent generator for one named purpose (and optionally one worker or job)."""
+    sequence = np.random.SeedSequence(entropy=int(seed), spawn_key=_spawn_key(seed, replication, name, index))
+    return np.random.Generator(np.random.PCG64(sequence))
+
+
+def _spawn_key(seed: int, replication: int, name: str, index: tuple[int, ...]) -> tuple[int, ...]:
+    """The stream's key under `seed`; a seed below 0 or an unknown name is refused here."""
     if not isinstance(seed, int | np.integer) or seed < 0:
         raise ValueError(f"seed must be a whole number >= 0, got {seed!r}")
-    sequence = np.random.SeedSequence(entropy=int(seed), spawn_key=(int(replication), STREAMS[name], *index))
-    return np.random.Generator(np.random.PCG64(sequence))
+    return (int(replication), STREAMS[name], *index)
 
 
 class _StreamOnFirstUse:
@@ -30,9 +35,7 @@ class _StreamOnFirstUse:
     about 20 us each. The generator is the same whenever it is made, so every draw is the stream's."""
 
     def __init__(self, seed: int, replication: int, name: str, index: tuple[int, ...]) -> None:
-        if not isinstance(seed, int | np.integer) or seed < 0:
-            raise ValueError(f"seed must be a whole number >= 0, got {seed!r}")
-        STREAMS[name]  # an unknown name fails here, as `stream` does  # noqa: B018
+        _spawn_key(seed, replication, name, index)  # refused now, as `stream` refuses it
         self._key = (seed, replication, name, index)
 
     def __getattr__(self, attribute: str) -> object:

@@ -546,9 +546,7 @@ class Server:
         """Count `n` sweeps refused by the rate limit (one request and one `EXISTS` each) at once: the ones a
         sweep coordinator worked out without sending them (see `sweep_refused`)."""
         self.requests["sweep"] = self.requests.get("sweep", 0) + n
-        store = self.store
-        store.commands_executed += n
-        store.command_counts["EXISTS"] += n
+        self.store.count_command("EXISTS", n)
 
     def idle_reap(self, by: str, now: int, timeout_ms: int) -> bool:
         """A timeout reap reaching Redis now that is certain to read and reclaim nothing (`Queue.idle_reap`),
@@ -564,9 +562,9 @@ class Server:
         if hgets is None:
             return False
         store = self.store
-        store.count_reads("LRANGE", 1)
+        store.count_command("LRANGE")
         if hgets:
-            store.count_reads("HGET", hgets)
+            store.count_command("HGET", hgets)
         if not self.streaming:
             self.ledger.sweep(now, by, False, (), (), 0)
         return True

@@ -143,12 +143,6 @@ def _run_session(sock: str, workdir: Path) -> list[Victim]:
     timers: list[threading.Timer] = []
     procs: list[vb.NodeProcess] = []
 
-    def later(delay: float, fn: Any) -> None:
-        timer = threading.Timer(max(0.0, delay), fn)
-        timer.daemon = True
-        timers.append(timer)
-        timer.start()
-
     def on_message(v: Victim, proc: vb.NodeProcess, msg: dict[str, Any]) -> None:
         v.events.append(msg)
         ev = msg["ev"]
@@ -160,15 +154,15 @@ def _run_session(sock: str, workdir: Path) -> list[Victim]:
                     f"bull:{v.queue}:active", 0, -1
                 )
 
-            later(0.2, look)
-            later(msg["t"] / 1000 + v.length - time.time(), lambda: proc.signal(signal.SIGCONT))
+            vb.later(timers, 0.2, look)
+            vb.later(timers, msg["t"] / 1000 + v.length - time.time(), lambda: proc.signal(signal.SIGCONT))
         if v.kind == "partition" and ev == "start" and v.proxy is not None and not v.partitioned:
             v.partitioned = True  # the first attempt only (a re-take after a lapse starts again)
             assert v.proxy is not None
             proxy = v.proxy
             at = float(rng.uniform(*PARTITION_AFTER))
-            later(msg["t"] / 1000 + at - time.time(), proxy.pause)
-            later(msg["t"] / 1000 + at + v.length - time.time(), proxy.resume)
+            vb.later(timers, msg["t"] / 1000 + at - time.time(), proxy.pause)
+            vb.later(timers, msg["t"] / 1000 + at + v.length - time.time(), proxy.resume)
         last = {"fetch": "3", "partition": "1", "sandbox": "1"}[v.kind]
         final = ev == "completed" or (ev == "failed" and (v.kind != "sandbox" or v.length == 1))
         if final and msg.get("job") == last:

@@ -55,17 +55,11 @@ class Keyspace:
         self.command_counts[name] += 1
         self._now = self._clock()
 
-    def count_command(self, name: str) -> None:
-        """Count a command whose reply is known without running it (a sweep refused by its rate limit)."""
-        self.commands_executed += 1
-        self.command_counts[name] += 1
-
-    def count_reads(self, name: str, n: int) -> None:
-        """Count `n` read-only commands `name` whose replies are known without running them, the clock sampled
-        as running them samples it (the timeout reaper's idle reaps; see `resident_value`)."""
+    def count_command(self, name: str, n: int = 1) -> None:
+        """Count `n` commands `name` whose replies are known without running them (sweeps refused by their
+        rate limit, the timeout reaper's idle reaps: see `resident_value`)."""
         self.commands_executed += n
         self.command_counts[name] += n
-        self._now = self._clock()
 
     # -- introspection (no side effects) -------------------------------------------------------------------
     def resident_keys(self) -> int:
