@@ -3,13 +3,22 @@ on its private redis-server and runs the cache writer in real time; the real ser
 live workers, the sweep reclaims their jobs, and the simulator's share of attempts that lose their lock lies in
 the live run's binomial band (Wilson, z = 3). Real time (about 12 s): in the slow suite.
 
-Measured (4 live runs, 2026-12-05): 22 of 70 attempts lost their lock live, 0.31, against the simulator's
-0.17 over 20 seeds: inside each run's band, but the real server evicts more; a fresh server holds fewer cache
-keys under the same maxmemory than the model says (its first few hundred keys grow its tables by about
-100 kB)."""
+The comparison is made at the real server's key capacity. The model's memory is the keys' own (`key_bytes`,
+checked key by key against a real server in tests/test_eviction.py); a real server also holds memory no key
+owns, and under the live run it grows. Measured (2026-12-05/06): with 1 MB above an empty server an idle
+redis-server holds about 825 cache keys, the model 888, but the live run's server peaks at 566 to 614 keys
+(the harness's `DBSIZE` polls) and then holds fewer as the run goes on (568 to 469 over 4 s with one job);
+its clients account for about 70 kB of the gap, and the rest is not in any key, client, script or hash table
+`MEMORY STATS` reports. Uncalibrated, the simulator predicted 0.17 against 0.31 live (4 runs), and one CI run
+in about twenty failed (9 of 21). So the test first runs the simulator at the scenario's maxmemory to learn the
+model's peak key count, then scales the memory the keys may use by the live peak over the model's and
+predicts at that maxmemory: 0.28 to 0.31 against 4/16, 5/17, 8/20 and 8/20 live, then 0.28 to 0.32 against
+33 of 105 in six runs of this test. The live capacity still shrinks after its peak, so the prediction may
+stay a little low."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -31,6 +40,16 @@ SCENARIO = Scenario(
     faults=(MemoryPressure(maxmemory=BASE_BYTES + 1_000_000, policy="volatile-random", cache_rate=120.0),),
     horizon=300,
 )
+
+
+SEEDS = 20
+
+
+def at_capacity(share: float) -> Scenario:
+    """SCENARIO with `share` of the memory its keys may use (maxmemory above an empty server)."""
+    (pressure,) = SCENARIO.faults
+    room = round((pressure.maxmemory - BASE_BYTES) * share)
+    return dataclasses.replace(SCENARIO, faults=(dataclasses.replace(pressure, maxmemory=BASE_BYTES + room),))
 
 
 def lost_share(run) -> tuple[int, int]:
@@ -55,11 +74,19 @@ def test_a_real_redis_server_evicts_live_workers_locks_as_the_simulator_predicts
     reclaimed = [a for a in live.attempts if a.reclaimed_at is not None]
     assert all(a.worker_state_at_reclaim == "alive" for a in reclaimed)  # nobody died: false reclaims
     assert live.final_state["completed"] + live.final_state["failed"] == SCENARIO.jobs  # every job settles
-    sims = [lost_share(simulate(SCENARIO, POLICY, seed=seed)) for seed in range(20)]
+    nominal = [simulate(SCENARIO, POLICY, seed=seed) for seed in range(SEEDS)]
+    model_peak = sum(run.resident_keys_peak for run in nominal) / SEEDS
+    assert 0 < live.resident_keys_peak < model_peak  # the real server holds fewer keys (docstring)
+    calibrated = at_capacity(live.resident_keys_peak / model_peak)
+    sims = [lost_share(simulate(calibrated, POLICY, seed=seed)) for seed in range(SEEDS)]
     predicted = sum(k for k, _ in sims) / sum(n for _, n in sims)
     assert predicted > 0  # the simulator evicts live locks too
     low, high = wilson(k, n)
-    print(f"attempts that lost their lock: live {k}/{n} [{low:.2f}, {high:.2f}], simulator {predicted:.2f}")
+    print(
+        f"attempts that lost their lock: live {k}/{n} [{low:.2f}, {high:.2f}] with {live.resident_keys_peak} keys"
+        f" at most; simulator {predicted:.2f} at {calibrated.faults[0].maxmemory} bytes"
+        f" (its {model_peak:.0f} keys at {SCENARIO.faults[0].maxmemory} scaled to the live run's)"
+    )
     assert low <= predicted <= high, (k, n, predicted)
 
 
