@@ -28,6 +28,7 @@ from emqsim.store.eviction import EvictingKeyStore, Eviction
 from emqsim.store.journal import Journal
 
 LOST = object()  # a reply that never came: the request was lost on the way
+SCRIPT = "EVALSHA"  # how a client calls the queue's scripts (its latency histogram under maxmemory)
 
 
 class ServerHost(Protocol):
@@ -188,7 +189,7 @@ class Server:
 
         def arrive(_: simpy.Event) -> None:
             if self.evicting is not None:
-                self.evicting.perform_evictions()
+                self.evicting.perform_evictions(SCRIPT)
             result = op(int(self.env.now))
             self._reply(reply, result, back_ms)
 
@@ -202,7 +203,7 @@ class Server:
 
         def arrive(_: simpy.Event) -> None:
             if self.evicting is not None:
-                self.evicting.perform_evictions()
+                self.evicting.perform_evictions(SCRIPT)
             self._reply(reply, op(int(self.env.now)), back_ms)
 
         self.env.timeout(out_ms).callbacks.append(arrive if self.tie_break is None else self._queued(arrive))
@@ -267,7 +268,7 @@ class Server:
             if not worker.connected:
                 return
             if self.evicting is not None:
-                self.evicting.perform_evictions()
+                self.evicting.perform_evictions(SCRIPT)
             if self.readonly and self.refused(int(self.env.now)):
                 self._reply(reply, None, back_ms)  # READONLY: no job (BullMQ fetches again at once)
                 return
@@ -302,6 +303,7 @@ class Server:
                     continue
                 entry[3] = True
                 woken += 1
+                self._marker_wait_done()
                 self._reply(reply, True, worker.reply_delay(now, back_ms) if worker.outages else back_ms)
 
     def send_marker_wait(self, worker: Connection, rtt_ms: int) -> simpy.Event:
@@ -326,6 +328,7 @@ class Server:
                 self._reply(reply, False, worker.reply_delay(now, back_ms) if worker.outages else back_ms)
                 return
             if self.store.peek_len(self.keys.wait) > 0:
+                self._marker_wait_done()
                 self._reply(reply, True, worker.reply_delay(now, back_ms) if worker.outages else back_ms)
                 return
             entry = [worker, reply, back_ms, False]
@@ -333,7 +336,7 @@ class Server:
 
             def expire(_: simpy.Event) -> None:
                 if not entry[3]:
-                    entry[3] = True
+                    entry[3] = True  # timed out: no latency histogram (Redis 7.0 updates none then)
                     t = int(self.env.now)
                     self._reply(reply, False, worker.reply_delay(t, back_ms) if worker.outages else back_ms)
 
@@ -342,12 +345,18 @@ class Server:
         self.env.timeout(out_ms).callbacks.append(arrive)
         return reply
 
+    def _marker_wait_done(self) -> None:
+        """A BZPOPMIN has returned a marker: from now on it has its latency histogram (a blocked one gets it
+        when a push wakes it, none when it times out: redis-server 7.0.15, tests/test_eviction.py)."""
+        if self.evicting is not None:
+            self.evicting.command_done("BZPOPMIN")
+
     def move_to_active(self, worker: Connection, token: str, now: int) -> str | None:
         """moveToActive sent after a wake-up: the take itself (None if `wait` is empty by then)."""
         if not worker.connected:
             return None
         if self.evicting is not None:
-            self.evicting.perform_evictions()
+            self.evicting.perform_evictions(SCRIPT)
         if self.readonly and self.refused(now):
             return None  # READONLY
         return self._take(worker, token, now)
@@ -355,7 +364,7 @@ class Server:
     # -- server-side steps -------------------------------------------------------------------------------
     def add_job(self, job_id: str, work: float) -> None:
         if self.evicting is not None:
-            self.evicting.perform_evictions()
+            self.evicting.perform_evictions(SCRIPT)
         self.ledger.arrived(job_id, work)
         self.queue.add(job_id)
         if self.journal is not None:

@@ -7,7 +7,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from emqsim.store.eviction import EVPOOL_SIZE, LFU_INIT_VAL, EvictingKeyStore, Eviction, allocation, key_bytes
+from emqsim.store.eviction import (
+    EVPOOL_SIZE,
+    LATENCY_HISTOGRAM_BYTES,
+    LFU_INIT_VAL,
+    EvictingKeyStore,
+    Eviction,
+    allocation,
+    key_bytes,
+)
 
 try:
     from tests.redis_server import REDIS_SERVER, RedisServer
@@ -17,11 +25,20 @@ except ImportError:  # tests/ not importable as a package
 VALUE = "a" * 1000
 
 
-def _store(policy: str, maxmemory: int, seed: int = 0, clock: list[int] | None = None, base: int = 0):
+def _store(
+    policy: str,
+    maxmemory: int,
+    seed: int = 0,
+    clock: list[int] | None = None,
+    base: int = 0,
+    latency_tracking: bool = False,
+):
+    """A store whose memory is its keys only (no base, no latency histograms, unless asked): the algorithm's
+    tests fill it to an exact number of keys."""
     now = clock if clock is not None else [0]
     return EvictingKeyStore(
         lambda: now[0],
-        Eviction(maxmemory=maxmemory, policy=policy, base_bytes=base),
+        Eviction(maxmemory=maxmemory, policy=policy, base_bytes=base, latency_tracking=latency_tracking),
         evict_rng=np.random.default_rng(seed),
     )
 
@@ -133,6 +150,92 @@ def test_same_seed_same_evictions_and_the_expire_stream_is_untouched() -> None:
 
     assert survivors(1) == survivors(1)
     assert survivors(1) != survivors(2)
+
+
+def test_each_command_name_run_adds_one_latency_histogram() -> None:
+    """Redis 7's latency tracking: a command's first call gives it a histogram that counts in the memory
+    used; a second call, or another command of the same name, adds nothing; a client's command named to
+    `perform_evictions` (EVALSHA) has its histogram from the next check on; without latency tracking none."""
+    store = _store("volatile-lru", maxmemory=10**9, latency_tracking=True)
+    assert store.used_memory() == 0
+    store.set("k", VALUE, px=1000)
+    assert store.used_memory() == key_bytes("k", VALUE, True) + LATENCY_HISTOGRAM_BYTES
+    store.set("j", VALUE, px=1000)
+    store.get("k")
+    store.get("j")
+    keys = key_bytes("k", VALUE, True) + key_bytes("j", VALUE, True)
+    assert store.used_memory() == keys + 2 * LATENCY_HISTOGRAM_BYTES  # SET, GET
+    store.perform_evictions("EVALSHA")
+    store.perform_evictions("EVALSHA")
+    store.command_done("BZPOPMIN")
+    assert store.histogram_bytes() == 4 * LATENCY_HISTOGRAM_BYTES
+    plain = _store("volatile-lru", maxmemory=10**9, latency_tracking=False)
+    plain.set("k", VALUE, px=1000)
+    plain.perform_evictions("EVALSHA")
+    assert plain.histogram_bytes() == 0 and plain.used_memory() == key_bytes("k", VALUE, True)
+    with pytest.raises(ValueError, match="latency_tracking"):
+        Eviction(maxmemory=1, latency_tracking=1)  # type: ignore[arg-type]
+
+
+def test_a_new_commands_histogram_evicts_keys_at_the_next_check() -> None:
+    """The histogram of a command run for the first time takes memory from the keys: the next check evicts
+    as many keys as it needs."""
+    room = 40 * key_bytes("t:00000", VALUE, True)
+    store = _store("volatile-random", maxmemory=LATENCY_HISTOGRAM_BYTES + room, latency_tracking=True)
+    for i in range(40):
+        store.perform_evictions()
+        store.set(f"t:{i:05d}", VALUE, px=10**9)
+    assert store.evicted_keys == 0 and store.resident_keys() == 40  # (not DBSIZE: a command, a histogram)
+    store.perform_evictions("EVALSHA")  # EVALSHA runs: it has a histogram from now on
+    assert store.evicted_keys == 0
+    store.perform_evictions()
+    expected = -(-LATENCY_HISTOGRAM_BYTES // key_bytes("t:00000", VALUE, True))
+    assert store.evicted_keys == expected and store.used_memory() <= store.eviction.maxmemory
+
+
+@pytest.mark.redis
+@pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
+def test_a_real_redis_server_gives_each_command_its_latency_histogram_as_the_model_does() -> None:
+    """On redis-server 7.0: a command's first call grows used_memory by LATENCY_HISTOGRAM_BYTES and its second
+    by nothing; a script's own commands get histograms as well as EVAL; a BZPOPMIN that times out gets none,
+    one a push wakes does (what `Server` tells the store)."""
+    import threading
+    import time
+
+    import redis
+
+    def histograms() -> set[str]:
+        return {k.removeprefix("latency_percentiles_usec_") for k in client.info("latencystats")}
+
+    with RedisServer() as server:
+        client = redis.Redis(unix_socket_path=server.socket_path, decode_responses=True)
+        assert client.config_get("latency-tracking")["latency-tracking"] == "yes"
+
+        def used() -> int:
+            return int(client.info("memory")["used_memory"])
+
+        used()
+        used()  # INFO has its histogram; the client's buffers are grown
+        before = used()
+        client.echo("x")
+        first = used()
+        client.echo("x")
+        second = used()
+        assert (first - before) - (second - first) == LATENCY_HISTOGRAM_BYTES, (before, first, second)
+        client.eval("redis.call('SET', 'k', 'v', 'PX', 1000); return redis.call('HSET', 'h', 'f', 'v')", 0)
+        assert {"eval", "set", "hset"} <= histograms()
+        client.bzpopmin("empty", timeout=0.1)
+        assert "bzpopmin" not in histograms()
+
+        def push() -> None:
+            time.sleep(0.2)
+            redis.Redis(unix_socket_path=server.socket_path).zadd("marker", {"m": 1})
+
+        pusher = threading.Thread(target=push)
+        pusher.start()
+        client.bzpopmin("marker", timeout=5)
+        pusher.join()
+        assert {"bzpopmin", "zadd"} <= histograms()
 
 
 @pytest.mark.redis

@@ -244,7 +244,8 @@ class FaultInjection:
 def memory_pressure(host: FaultHost, start: float) -> threading.Thread | None:
     """The scenario's `MemoryPressure` on the live run's Redis, from `start` (real time): set its
     maxmemory-policy and maxmemory-samples, then maxmemory to the server's own used memory now plus what the
-    model allows above an empty server (`maxmemory - BASE_BYTES`), and run the other tenant in a thread:
+    model allows above an empty server (`maxmemory - BASE_BYTES`: the queue's latency histograms and keys),
+    and run the other tenant in a thread:
     `SET cache:n <cache_bytes> PX cache_ttl` at the simulator's Poisson times (the run's ("memory", 1)
     stream), scaled to real time, until the run stops. Redis evicts by itself (a real `evict.c`); the
     live run hears of evicted locks through `evicted` keyspace events (`memory_evictions`). Redis's LRU
@@ -256,6 +257,11 @@ def memory_pressure(host: FaultHost, start: float) -> threading.Thread | None:
     client = host.client
     client.config_set("maxmemory-policy", pressure.policy)
     client.config_set("maxmemory-samples", pressure.samples)
+    # Redis gives each command its latency histogram at its first call (`LATENCY_HISTOGRAM_BYTES`): run the
+    # live run's own commands (INFO, DBSIZE) once before measuring, so the histograms that come after are
+    # the queue's and the cache's, which the simulator counts too
+    client.dbsize()
+    client.info("memory")
     used = int(client.info("memory")["used_memory"])
     client.config_set("maxmemory", used + max(1, pressure.maxmemory - BASE_BYTES))
     if pressure.cache_rate <= 0:

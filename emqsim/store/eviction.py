@@ -15,6 +15,12 @@ What is modelled:
   encodings for small hashes, lists and sets: no conversion to hashtables or linked nodes) and a TTL's entry
   in the expires dict. An estimate, not a byte count: tests/test_eviction.py compares the number of keys
   that fit under a real server's maxmemory with the model's.
+* Latency histograms: with `latency-tracking yes` (Redis 7's default) a command's first call gives it a
+  latency histogram (`src/server.c` `updateCommandLatencyHistogram`, called from `call()`, for a script's
+  own commands too), `LATENCY_HISTOGRAM_BYTES` each, kept until CONFIG RESETSTAT. So the memory used grows
+  by that much for every command name the server has run: the script call (EVALSHA), each command the
+  scripts call, the blocking marker wait, the cache's SET. A fresh server running the queue's fifteen or so
+  commands holds about 0.4 MB of histograms, memory its keys cannot have.
 * When: before each command a client sends (a script counts as one command), as `processCommand` calls
   `performEvictions`: while the memory used is above `maxmemory`, evict one key at a time.
 * Which: `volatile-*` candidates are the keys with a TTL, `allkeys-*` every key. LRU/LFU/TTL sample
@@ -49,6 +55,7 @@ from emqsim.store.values import RedisHash, RedisList, RedisSet, Reply
 __all__ = [
     "BASE_BYTES",
     "EVPOOL_SIZE",
+    "LATENCY_HISTOGRAM_BYTES",
     "LFU_INIT_VAL",
     "POLICIES",
     "EvictingKeyStore",
@@ -60,6 +67,9 @@ EVPOOL_SIZE = 16  # evict.c:54
 LRU_CLOCK_RESOLUTION_MS = 1000  # server.h:849
 LFU_INIT_VAL = 5  # server.h:3265
 BASE_BYTES = 914_736  # used_memory of an empty redis-server 7.0.15 (INFO memory), measured
+# hdr_init(1, 1e9, 2): 24,576 bytes of counts and a 112-byte header; a real server's used_memory grows by
+# exactly this at a command's first call (tests/test_eviction.py checks it on redis-server)
+LATENCY_HISTOGRAM_BYTES = 24_688
 DICT_ENTRY = 24  # a dictEntry (key pointer, value pointer, next)
 ROBJ = 16  # a redisObject header
 BUCKET_SHARE = 12  # a key's share of its dict's bucket array (8 bytes a slot, load between 1/2 and 1)
@@ -80,7 +90,8 @@ POLICIES = (
 @dataclass(frozen=True)
 class Eviction:
     """Redis's memory settings: `maxmemory` bytes (0: no limit), `maxmemory-policy`, `maxmemory-samples`,
-    `lfu-log-factor`, `lfu-decay-time` (minutes), and the memory an empty server uses (`base_bytes`)."""
+    `lfu-log-factor`, `lfu-decay-time` (minutes), the memory an empty server uses (`base_bytes`) and
+    `latency-tracking` (each command's latency histogram counts in the memory used)."""
 
     maxmemory: int
     policy: str = "volatile-lru"
@@ -88,6 +99,7 @@ class Eviction:
     lfu_log_factor: int = 10
     lfu_decay_time: int = 1
     base_bytes: int = BASE_BYTES
+    latency_tracking: bool = True
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -96,6 +108,8 @@ class Eviction:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a whole number >= 0, got {value!r}")
+        if not isinstance(self.latency_tracking, bool):
+            raise ValueError(f"latency_tracking must be True or False, got {self.latency_tracking!r}")
         if self.samples < 1:
             raise ValueError(f"samples must be at least 1 (Redis's maxmemory-samples), got {self.samples}")
 
@@ -179,6 +193,9 @@ class EvictingKeyStore(KeyStore):
         self.oom_commands = 0
         self.out_of_memory = False  # the last check found the memory over the limit and nothing to evict
         self.peak_used = 0
+        self._histograms: set[str] = set()  # command names that have a latency histogram
+        self._names_seen = 0  # len(command_counts) when `_histograms` last took its names
+        self._histogram_bytes = LATENCY_HISTOGRAM_BYTES if eviction.latency_tracking else 0
 
     # -- bookkeeping -----------------------------------------------------------------------------------------
     def _lookup(self, key: str) -> object:
@@ -238,10 +255,25 @@ class EvictingKeyStore(KeyStore):
             self._dataset += new - old
         self._touched.clear()
 
+    def command_done(self, name: str) -> None:
+        """A client's command `name` has run (EVALSHA, BZPOPMIN): from now on it has its latency histogram.
+        The commands the store runs itself (a script's, SET) are known from `command_counts`."""
+        self._histograms.add(name)
+
+    def histogram_bytes(self) -> int:
+        """The memory of the latency histograms: one for every command name run so far (none without
+        latency tracking)."""
+        counts = self.command_counts
+        if len(counts) != self._names_seen:
+            self._histograms.update(counts)
+            self._names_seen = len(counts)
+        return len(self._histograms) * self._histogram_bytes
+
     def used_memory(self) -> int:
-        """The model's used_memory: `base_bytes` plus every resident key's `key_bytes`."""
+        """The model's used_memory: `base_bytes`, the latency histograms and every resident key's
+        `key_bytes`."""
         self._sync()
-        return self.eviction.base_bytes + self._dataset
+        return self.eviction.base_bytes + self.histogram_bytes() + self._dataset
 
     def _uniform(self) -> float:
         """The next uniform draw in [0, 1) from `evict_rng`."""
@@ -265,9 +297,17 @@ class EvictingKeyStore(KeyStore):
         return counter
 
     # -- eviction (evict.c:146, 540) -------------------------------------------------------------------------
-    def perform_evictions(self) -> int:
+    def perform_evictions(self, command: str | None = None) -> int:
         """Evict keys until the memory used is at most `maxmemory`; returns how many went. Called before
-        each client command."""
+        each client command; `command`, if given, is that command's name: it runs now, so it has its
+        latency histogram from the next check on."""
+        try:
+            return self._evict()
+        finally:
+            if command is not None:
+                self._histograms.add(command)
+
+    def _evict(self) -> int:
         config = self.eviction
         self.out_of_memory = False
         if config.maxmemory == 0:
@@ -282,7 +322,8 @@ class EvictingKeyStore(KeyStore):
             return 0
         self._now = self._clock()
         evicted = 0
-        while self.eviction.base_bytes + self._dataset > config.maxmemory:
+        fixed = self.eviction.base_bytes + self.histogram_bytes()
+        while fixed + self._dataset > config.maxmemory:
             key = self._pick()
             if key is None:
                 self.oom_commands += 1
