@@ -19,7 +19,7 @@ What is modelled:
   latency histogram (`src/server.c` `updateCommandLatencyHistogram`, called from `call()`, for a script's
   own commands too), `LATENCY_HISTOGRAM_BYTES` each, kept until CONFIG RESETSTAT. So the memory used grows
   by that much for every command name the server has run: the script call (EVALSHA), each command the
-  scripts call, the blocking marker wait, the cache's SET. A fresh server running the queue's fifteen or so
+  scripts call, the blocking marker wait (once a push wakes it: one that times out gets none), the cache's SET. A fresh server running the queue's fifteen or so
   commands holds about 0.4 MB of histograms, memory its keys cannot have.
 * When: before each command a client sends (a script counts as one command), as `processCommand` calls
   `performEvictions`: while the memory used is above `maxmemory`, evict one key at a time.
@@ -36,9 +36,8 @@ What is modelled:
 Not modelled: `noeviction`'s OOM refusal of writes (and a `volatile-*` policy's when no key with a TTL is
 left): the command runs anyway and the store counts it in `oom_commands`; `maxmemory-eviction-tenacity`'s
 time limit (evictions finish within the command); replication and AOF buffers (not counted, as in Redis);
-memory no key owns (clients' buffers, and what else a busy server holds): under emqsim's live mode a real
-server held 566 to 614 keys where the model holds 904 (tests/test_live_memory.py compares the two at the real
-server's capacity).
+clients' buffers (about 20 kB a busy connection). Under emqsim's live mode a real server holds as many keys at
+its peak as the model (tests/test_live_memory.py).
 """
 
 from __future__ import annotations
