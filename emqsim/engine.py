@@ -121,7 +121,12 @@ class Simulation:
             hz=scenario.hz,
             eviction=None
             if self.memory is None
-            else Eviction(self.memory.maxmemory, self.memory.policy, self.memory.samples),
+            else Eviction(
+                self.memory.maxmemory,
+                self.memory.policy,
+                self.memory.samples,
+                latency_tracking=self.memory.latency_tracking,
+            ),
             eviction_rng=None if self.memory is None else self._rng("memory", 0),
         )
         self.server.readonly = sorted(

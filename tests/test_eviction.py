@@ -236,6 +236,10 @@ def test_a_real_redis_server_gives_each_command_its_latency_histogram_as_the_mod
         client.bzpopmin("marker", timeout=5)
         pusher.join()
         assert {"bzpopmin", "zadd"} <= histograms()
+        client.config_set("latency-tracking", "no")  # what live mode sets for latency_tracking=False
+        before = used()
+        client.hlen("h")
+        assert "hlen" not in histograms() and used() - before < LATENCY_HISTOGRAM_BYTES
 
 
 @pytest.mark.redis
@@ -327,6 +331,26 @@ def test_memory_pressure_evicts_live_workers_locks_and_the_sweep_reclaims_them()
     calm = simulate(standard("memory-pressure", policy="noeviction"), preset("bullmq"), seed=0)
     assert not [e for e in calm.lock_events if e.kind == "memory_evicted"]
     assert all(a.outcome == "completed" for a in calm.attempts)
+
+
+def test_the_queues_latency_histograms_take_room_from_its_keys() -> None:
+    """memory-pressure under BullMQ's preset: its 17 command names' histograms hold room for at most 17 x
+    24,688 bytes of cache keys; without latency tracking (`MemoryPressure(latency_tracking=False)`) the
+    memory holds that many more keys at its peak, less the histograms not yet made when it filled."""
+    import dataclasses
+
+    from emqsim import simulate
+    from emqsim.presets import preset
+    from emqsim.scenario import standard
+
+    scenario = standard("memory-pressure")
+    (pressure,) = scenario.faults
+    untracked = dataclasses.replace(scenario, faults=(dataclasses.replace(pressure, latency_tracking=False),))
+    tracked_peak = simulate(scenario, preset("bullmq"), seed=0).resident_keys_peak
+    untracked_peak = simulate(untracked, preset("bullmq"), seed=0).resident_keys_peak
+    per_key = key_bytes("cache:1000", VALUE, True)
+    assert 10 * LATENCY_HISTOGRAM_BYTES / per_key < untracked_peak - tracked_peak
+    assert untracked_peak - tracked_peak <= 17 * LATENCY_HISTOGRAM_BYTES / per_key + 1
 
 
 def test_memory_pressure_from_toml_and_flags(tmp_path) -> None:

@@ -44,7 +44,13 @@ FAULTS = (
     Outage(at=40.0, duration=2.0, lost_writes=0.25, readonly=3.5),
     Partition(at=50.0, duration=5.0, worker=0, give_up=60.0, connect_timeout=2.0, retransmit=False),
     MemoryPressure(
-        maxmemory=2_000_000, policy="allkeys-lfu", samples=10, cache_rate=5.0, cache_bytes=500, cache_ttl=60.0
+        maxmemory=2_000_000,
+        policy="allkeys-lfu",
+        samples=10,
+        cache_rate=5.0,
+        cache_bytes=500,
+        cache_ttl=60.0,
+        latency_tracking=False,
     ),
     ChildCrash(job=1, after=0.75),
 )

@@ -257,6 +257,7 @@ def memory_pressure(host: FaultHost, start: float) -> threading.Thread | None:
     client = host.client
     client.config_set("maxmemory-policy", pressure.policy)
     client.config_set("maxmemory-samples", pressure.samples)
+    client.config_set("latency-tracking", "yes" if pressure.latency_tracking else "no")
     # Redis gives each command its latency histogram at its first call (`LATENCY_HISTOGRAM_BYTES`): run the
     # live run's own commands (INFO, DBSIZE) once before measuring, so the histograms that come after are
     # the queue's and the cache's, which the simulator counts too
