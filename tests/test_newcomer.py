@@ -329,6 +329,17 @@ def test_mypy_is_clean():
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
 
 
+@pytest.mark.parametrize("command", [["check"], ["format", "--check"]], ids=["lint", "format"])
+def test_the_tree_is_ruff_clean(command):
+    """`ruff check .` and `ruff format --check .` (Python in Markdown code blocks too) pass on the tree."""
+    if not _has_module("ruff"):
+        pytest.skip("ruff is not installed (pip install -e '.[test]')")
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", *command, "--no-cache", "."], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+
+
 def _has_module(name: str) -> bool:
     from importlib.util import find_spec
 
