@@ -48,7 +48,7 @@ from emqsim.user_code import load_detector, looks_like_detector, parse_detector
 # any other int), "seconds" (a number within the simulator's clock: a float), "dist" (seconds or a
 # distribution like 'exp:60': a Distribution), "rate" (> 0 per second), "per second" (>= 0), "hourly" (>= 0
 # per worker-hour: floats ending in "_rate"), "seconds or inf", "probability" (floats named in FLOAT_KINDS are
-# not seconds), "array" (of tables), "table". TOML is
+# not seconds), "array" (of tables), "strings" (an array of strings: a tuple of str), "table". TOML is
 # typed: "no" is a string, not false; 1.5 is not a count. A field typed `X | None` whose default is not None
 # takes the string "none" for None (a max_stalled that never fails a job, a crash that is never restarted).
 FAULT_KINDS: dict[str, type] = {
@@ -93,6 +93,8 @@ def key_kind(owner: type, name: str) -> Any:
         if name in FLOAT_KINDS:
             return FLOAT_KINDS[name]
         return "hourly" if name.endswith("_rate") else "seconds"
+    if get_origin(hint) is tuple and get_args(hint) == (str, Ellipsis):
+        return "strings"
     if get_origin(hint) is tuple:
         return "array"
     if hint is Distribution or (get_origin(hint) in (Union, UnionType) and Distribution in get_args(hint)):
@@ -283,6 +285,9 @@ def _check_type(value: Any, kind: Any, name: str, where: _Located) -> None:
     elif kind == "probability":
         if not _is_number(value) or not 0 <= value < 1:
             raise where.error(name, f"must be a probability in [0, 1), got {value!r}")
+    elif kind == "strings":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise where.error(name, f"must be an array of strings, got {value!r}")
     elif kind == "array":
         if not isinstance(value, list):
             raise where.error(name, f"must be an array of tables ([[{name}]]), got {value!r}")
@@ -337,6 +342,8 @@ def _values(owner: type, table: dict[str, Any], name: str, where: _Located) -> d
             )
         elif kinds[key] == "table" and key in TABLE_TYPES:
             kwargs[key] = _record(TABLE_TYPES[key], value, label, where)
+        elif kinds[key] == "strings":
+            kwargs[key] = tuple(value)
         else:
             kwargs[key] = value
     return kwargs
@@ -454,6 +461,8 @@ def _literal(value: Any) -> str:
         return repr(value)
     if isinstance(value, str):
         return json.dumps(value)  # a JSON string is a TOML basic string
+    if isinstance(value, tuple):
+        return json.dumps(list(value))  # a JSON array of strings is a TOML array
     return json.dumps(distribution_text(value))
 
 

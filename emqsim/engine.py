@@ -126,6 +126,7 @@ class Simulation:
                 self.memory.policy,
                 self.memory.samples,
                 latency_tracking=self.memory.latency_tracking,
+                client_commands=frozenset(getattr(self.policy, "redis_commands", ())),
             ),
             eviction_rng=None if self.memory is None else self._rng("memory", 0),
         )

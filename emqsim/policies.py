@@ -350,6 +350,9 @@ class LeasePolicy(ReclaimPolicy):
     Redis serves even to a frozen client) or "after-wakeup" (BullMQ: marker wake-up, then moveToActive;
     idle takers wait up to `drain_delay` s); `lazy_fail` fails a job past `max_stalled` at its next take;
     `fetch_next` makes an accepted finish take the slot's next job in the same step (BullMQ's moveToFinished).
+    `redis_commands`, when known, is every command name the client library makes Redis run (its scripts'
+    own commands, its connection setup): under maxmemory each holds a latency histogram, counted from the
+    start instead of the names of the model's own steps (empty: the steps' names, as emqsim's scripts run).
 
     Frozen and validated: change a setting with `dataclasses.replace(policy, lazy_fail=True)` (checked
     again). The stored `renewal` is the rule in force (the default one resolved from `beat`), so a `replace`
@@ -370,6 +373,7 @@ class LeasePolicy(ReclaimPolicy):
     lazy_fail: bool = False
     track_by: TrackBy | None = None
     fetch_next: bool = False
+    redis_commands: tuple[str, ...] = ()  # sorted (by __post_init__): the same text in every process
     # the engine's whole milliseconds, derived from the seconds above (not settings of their own)
     lease_ms: int = field(init=False, repr=False, compare=False)
     beat_ms: int = field(init=False, repr=False, compare=False)
@@ -389,6 +393,13 @@ class LeasePolicy(ReclaimPolicy):
         if not isinstance(self.lazy_fail, bool):
             raise ConfigError(f"lazy_fail must be true or false, got {self.lazy_fail!r}")
         require_bool("fetch_next", self.fetch_next)
+        names = self.redis_commands
+        if isinstance(names, str) or not isinstance(names, tuple | list | set | frozenset):
+            raise ConfigError(f"redis_commands must be a set of Redis command names, got {names!r}")
+        if not all(isinstance(n, str) and n.strip() and n == n.strip() for n in names):
+            raise ConfigError(
+                f"redis_commands must hold command names (non-empty strings), got {list(names)!r}"
+            )
         _require_positive("beat", beat)
         _require_positive("scan", scan)
         if beat >= lease:
@@ -418,6 +429,7 @@ class LeasePolicy(ReclaimPolicy):
             "sweep_interval_ms": to_ms(scan),
             "drain_delay_ms": to_ms(drain_delay),
             "take_after_wakeup": self.take_mode == "after-wakeup",
+            "redis_commands": tuple(sorted({n.lower() for n in names})),  # as INFO latencystats names them
         }
         for key, value in values.items():
             object.__setattr__(self, key, value)
@@ -451,6 +463,7 @@ class LeasePolicy(ReclaimPolicy):
             "drain_delay": self.drain_delay,
             "lazy_fail": self.lazy_fail,
             "fetch_next": self.fetch_next,
+            "redis_commands": list(self.redis_commands),
             **_rule_settings(rule),
         }
 

@@ -40,6 +40,20 @@ class Preset:
         return self.build(name=self.name, **settings)
 
 
+# The command names a BullMQ 6.7.0 Queue and Worker (ioredis 5.11.1) make redis-server 7.0.15 run, as its
+# `INFO latencystats` lists them after a Queue added three jobs and a Worker completed one, failed one and
+# retried one (tests/test_bullmq_real_vocabulary.py checks them on real BullMQ): under maxmemory each holds a
+# latency histogram (emqsim.store.eviction).
+BULLMQ_REDIS_COMMANDS = frozenset(
+    {
+        "bzpopmin", "client|setname", "del", "eval", "evalsha", "exists", "get", "hdel", "hget", "hgetall",
+        "hincrby", "hmget", "hmset", "hset", "incr", "info", "llen", "lpush", "lrange", "lrem", "rpoplpush",
+        "sadd", "scard", "set", "smembers", "srem", "xadd", "xtrim", "zadd", "zcard", "zpopmin", "zrange",
+        "zrangebyscore",
+    }
+)  # fmt: skip
+
+
 def _bullmq(name: str, lease: float, scan: float, max_stalled: int) -> ReclaimPolicy:
     # lockRenewTime = lockDuration/2, tick = lockRenewTime/2; the LockManager's map is keyed by job id
     rule = RenewalRule.bullmq(lease, track_by="job")
@@ -56,6 +70,7 @@ def _bullmq(name: str, lease: float, scan: float, max_stalled: int) -> ReclaimPo
         drain_delay=5.0,
         lazy_fail=True,  # past maxStalledCount: `defa` set, re-queued, failed by the next taker
         fetch_next=True,  # moveToFinished locks the next waiting job to the same worker (fetchNextJob)
+        redis_commands=tuple(BULLMQ_REDIS_COMMANDS),
     )
 
 

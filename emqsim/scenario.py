@@ -207,7 +207,7 @@ def flaky_network(
 
 
 def memory_pressure(
-    maxmemory: int = 1_700_000,
+    maxmemory: int = 2_100_000,
     policy: str = "volatile-lru",
     cache_rate: float = 25.0,
     cache_bytes: int = 1000,

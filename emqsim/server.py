@@ -644,6 +644,7 @@ class Server:
         if evicting.out_of_memory:
             return False
         evicting.set(key, value, px=ttl_ms)
+        evicting.command_done("SET")  # the other tenant's command: its histogram whatever the queue runs
         return True
 
     # -- Redis's active expire cycle ----------------------------------------------------------------------

@@ -329,6 +329,7 @@ WRONG_BY_KIND: dict[Any, list[Any]] = {
     "seconds or inf": ["30s", True, -1, math.nan, -math.inf, 1e20, [30]],
     "probability": [1, 1.5, -0.1, "x", True],
     "array": [5, "x", {"a": 1}],
+    "strings": [5, "x", {"a": 1}, [1, 2], [""], [" set"]],
     "table": [5, "x", [1]],
 }
 FILE_CASES: list[tuple[str, str, str]] = []
@@ -431,6 +432,8 @@ def _is_wrong_type(kind: Any, value: Any) -> bool:
         return not (number or isinstance(value, str))
     if kind == "array":
         return not isinstance(value, list)
+    if kind == "strings":
+        return not (isinstance(value, list) and all(isinstance(v, str) for v in value))
     return not isinstance(value, dict)
 
 

@@ -29,7 +29,7 @@ def test_every_option_is_in_the_repr_and_in_settings():
     fields = [f.name for f in dataclasses.fields(LeasePolicy) if f.repr]
     assert fields == [
         "lease", "beat", "scan", "two_phase", "max_stalled", "swept_by", "renewal", "name", "take_mode",
-        "drain_delay", "lazy_fail", "track_by", "fetch_next",
+        "drain_delay", "lazy_fail", "track_by", "fetch_next", "redis_commands",
     ]  # fmt: skip
     text = repr(LeasePolicy())
     assert all(f"{name}=" in text for name in fields)

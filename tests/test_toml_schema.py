@@ -75,6 +75,7 @@ POLICIES = (
     LeasePolicy(
         12.0, 3.0, 2.0, two_phase=False, max_stalled=None, swept_by="reaper", name="mine",
         take_mode="after-wakeup", drain_delay=1.5, lazy_fail=True, track_by="job", fetch_next=True,
+        redis_commands=("evalsha", "client|setname"),
         renewal=RenewalRule(2500, 1000, strict=False, after_reply=False, per_job=True, recreate_missing=True),
     ),
     LeasePolicy(20, 5, 1, max_stalled=3),
