@@ -104,6 +104,21 @@ def test_a_live_client_that_never_recovers_loses_its_job_as_the_simulator_says(n
     )  # the live tests' margin plus a scan
 
 
+def test_memory_pressure_under_a_client_librarys_vocabulary_is_refused() -> None:
+    """Live mode runs emqsim's scripts: under maxmemory it cannot hold the histograms of the command names a
+    policy's `redis_commands` lists (the bullmq preset's BullMQ names), so it says so before it starts."""
+    import dataclasses
+
+    from emqsim.errors import ConfigError
+    from emqsim.live import LiveRun
+    from emqsim.presets import preset
+
+    with pytest.raises(ConfigError, match="redis_commands"):
+        LiveRun(SCENARIO, preset("bullmq"), time_scale=SCALE)
+    plain = dataclasses.replace(preset("bullmq"), redis_commands=())
+    assert plain.redis_commands == () and plain.take_mode == "after-wakeup"
+
+
 def test_memory_pressure_on_someone_elses_redis_is_refused() -> None:
     from emqsim.errors import ConfigError
     from emqsim.live import LiveRun

@@ -155,6 +155,14 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
                 "live mode sets maxmemory only on its own private redis-server (MemoryPressure), never on the "
                 f"one at {redis_url}: leave out the Redis URL, or the memory pressure"
             )
+        if getattr(policy, "redis_commands", ()) and any(
+            isinstance(f, MemoryPressure) for f in scenario.faults
+        ):
+            raise ConfigError(
+                "live mode runs emqsim's own scripts, not the client library whose command names the policy's "
+                "redis_commands lists (their latency histograms take memory under MemoryPressure): use the "
+                "policy with redis_commands=() (dataclasses.replace), or leave out the memory pressure"
+            )
         self.redis_down = False  # the private server is down (between a restart's SHUTDOWN and its start)
         self.after_restart: list[Callable[[], None]] = []  # Redis reads that waited for it to be back
         self.commands_before_restarts = 0  # protocol commands counted by servers since shut down
