@@ -21,7 +21,8 @@ What is modelled:
   by that much for every command name the server has run: the script call (EVALSHA), each command the
   scripts call, the blocking marker wait (once a push wakes it: one that times out gets none), the cache's
   SET; or, when the clients' own vocabulary is known (`Eviction.client_commands`: BullMQ's 33 names,
-  0.81 MB), those from the start. emqsim's own scripts run 15 names, 0.37 MB: memory keys cannot have.
+  0.81 MB), those from the start. emqsim's own scripts run 14 or 15 names (0.35 to 0.37 MB): memory its keys
+  cannot have.
 * When: before each command a client sends (a script counts as one command), as `processCommand` calls
   `performEvictions`: while the memory used is above `maxmemory`, evict one key at a time.
 * Which: `volatile-*` candidates are the keys with a TTL, `allkeys-*` every key. LRU/LFU/TTL sample
