@@ -6,7 +6,7 @@ the live run's binomial band (Wilson, z = 3). Real time (about 12 s): in the slo
 The real server's key capacity is the model's: its peak key count (the live run's `DBSIZE` polls) is within
 15% of the simulator's. That holds since the model counts Redis 7's latency histograms (24,688 bytes for each
 command name the server has run: the queue's 15 here, EVALSHA and the 14 its scripts call, the same names the
-real server's `INFO commandstats` lists, take 0.37 MB of the 1 MB). Before, the model held 904 keys where the
+real server's `INFO latencystats` gains, take 0.37 MB of the 1 MB). Before, the model held 904 keys where the
 real server held 566 to 614, predicted 0.17 against 0.31 live, and failed one CI run in about twenty (9 of
 21). Measured (2026-12-05, four runs): live peaks of 591 to 636 keys against the model's 594, and 24 of 72
 attempts lost their lock live against 0.31 predicted."""
