@@ -288,12 +288,14 @@ def run_sweep(
     cache = Path(cache_dir) if cache_dir is not None else None
     per_cell: list[list[RunSummary | None]] = [[None] * replications for _ in cells]
     cached = 0
+    stored: set[int] = set()  # cells in the cache: loaded from it, or stored when they finished
     todo: list[tuple[int, Scenario, ReclaimPolicy, int, int]] = []
     for index, cell in enumerate(cells):
         hit = _load(cache, cell, seed, replications, version, notice) if cache else None
         if hit is not None:
             per_cell[index] = hit  # type: ignore[assignment]
             cached += 1
+            stored.add(index)
             continue
         todo.extend((index, cell.scenario, cell.policy, seed, rep) for rep in range(replications))
 
@@ -307,6 +309,7 @@ def run_sweep(
             remaining[index] -= 1
             if remaining[index] == 0 and cache is not None:
                 _store(cache, cells[index], seed, replications, version, per_cell[index], notice)
+                stored.add(index)
             bar.update(1)
 
     own_pool: ProcessPoolExecutor | None = None
@@ -347,8 +350,14 @@ def run_sweep(
                 with SignalsHeld():
                     for future in futures:
                         future.cancel()
+            finished = [i for i, summaries in enumerate(per_cell) if all(x is not None for x in summaries)]
+            if cache is not None:  # an interrupt inside `absorb` can land after a cell's last summary and
+                for index in finished:  # before (or inside) its store: every cell the result keeps is cached
+                    if index not in stored:
+                        _store(cache, cells[index], seed, replications, version, per_cell[index], notice)
+                        stored.add(index)
             if on_interrupt is not None:
-                on_interrupt(sum(r == 0 for r in remaining), len(cells))
+                on_interrupt(len(finished), len(cells))
     finally:
         bar.close()
         if own_pool is not None:

@@ -338,6 +338,29 @@ def test_interrupted_sweep_resumes_from_the_cache(
     assert resumed.rows == serial.rows
 
 
+def test_an_interrupt_inside_a_cells_store_still_caches_every_row_it_keeps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, serial: SweepResult
+) -> None:
+    """Ctrl-C held down can land between a cell's last summary and its cache entry (inside the atomic write):
+    the sweep stores that cell while it stops, so every row it returns is cached too (CI24 caught 3 rows and
+    2 cache entries once)."""
+    real = sweep_module.write_atomically
+    calls = []
+
+    def write(path: Any, text: Any) -> None:
+        calls.append(path)
+        if len(calls) == 2:  # the second cell's store, interrupted before anything is written
+            raise KeyboardInterrupt
+        real(path, text)
+
+    monkeypatch.setattr(sweep_module, "write_atomically", write)
+    result = sweep(small_cells(), cache_dir=tmp_path)
+    assert not result.complete and len(result.rows) == 2
+    assert result.rows == serial.rows[:2]
+    assert len(list(tmp_path.glob("*.json"))) == 2  # the interrupted store was done again while stopping
+    assert not list(tmp_path.glob(".emqsim-*"))
+
+
 class InterruptingExecutor(Executor):
     """Runs each batch at once; the batch holding `stop_cell` comes back as a Ctrl-C."""
 
