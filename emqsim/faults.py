@@ -625,10 +625,7 @@ class MemoryPressure:
             raise ConfigError(f"MemoryPressure.cache_bytes must be >= 0, got {self.cache_bytes}")
         if not (math.isfinite(self.cache_ttl) and self.cache_ttl >= 0.001):
             raise ConfigError(f"MemoryPressure.cache_ttl must be >= 0.001 seconds, got {self.cache_ttl}")
-        if not isinstance(self.latency_tracking, bool):
-            raise ConfigError(
-                f"MemoryPressure.latency_tracking must be true or false, got {self.latency_tracking!r}"
-            )
+        require_bool("MemoryPressure.latency_tracking", self.latency_tracking)
 
     worker = None  # memory pressure is Redis's, not a worker's
     job = None

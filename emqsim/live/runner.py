@@ -150,14 +150,13 @@ class LiveRun(ChildProcesses, RedisAdmin, FaultInjection):
                 "live mode restarts only its own private redis-server (Outage redis_restart), never the one at "
                 f"{redis_url}: leave out the Redis URL, or the restart (emqsim live --without-outages)"
             )
-        if redis_url is not None and any(isinstance(f, MemoryPressure) for f in scenario.faults):
+        under_pressure = any(isinstance(f, MemoryPressure) for f in scenario.faults)
+        if redis_url is not None and under_pressure:
             raise ConfigError(
                 "live mode sets maxmemory only on its own private redis-server (MemoryPressure), never on the "
                 f"one at {redis_url}: leave out the Redis URL, or the memory pressure"
             )
-        if getattr(policy, "redis_commands", ()) and any(
-            isinstance(f, MemoryPressure) for f in scenario.faults
-        ):
+        if under_pressure and getattr(policy, "redis_commands", None):
             raise ConfigError(
                 "live mode runs emqsim's own scripts, not the client library whose command names the policy's "
                 "redis_commands lists (their latency histograms take memory under MemoryPressure): use the "
