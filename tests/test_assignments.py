@@ -56,22 +56,34 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path}
 
 
-def _grade_cli(path: Path) -> tuple[int, str, str]:
+def _grade_cli(paths: list[Path]) -> dict[Path, tuple[int, str, str]]:
+    """`python -m emqsim grade` on several notebooks in one command: each notebook's exit status (read from the
+    summary table: 0 all checks pass, 1 some fail), its report and the command's stderr."""
     proc = subprocess.run(
-        [sys.executable, "-m", "emqsim", "grade", str(path), "--timeout", str(CELL_TIMEOUT)],
+        [sys.executable, "-m", "emqsim", "grade", *map(str, paths), "--timeout", str(CELL_TIMEOUT)],
         capture_output=True,
         text=True,
-        cwd=path.parent,
+        cwd=paths[0].parent,
         env=_env(),
-        timeout=900,
+        timeout=1800,
     )
-    return proc.returncode, proc.stdout, proc.stderr
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    blocks = {b.splitlines()[0]: b for b in proc.stdout.split("\n\n") if b.strip()}
+    summary = proc.stdout.rsplit("\n\n", 1)[-1]
+    out = {}
+    for path in paths:
+        row = next(line for line in summary.splitlines() if line.startswith(f"{path} "))
+        code = 0 if row.endswith("all checks pass") else 1 if row.endswith("some checks fail") else 2
+        # the report as `emqsim grade PATH` prints it: headed by the file's name
+        out[path] = (code, blocks[str(path)].replace(str(path), path.name, 1), proc.stderr)
+    return out
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory) -> dict[tuple[str, str], tuple[int, str, str]]:
     """Every grading the tests look at, run once: each source notebook twice (for determinism) and each student
-    version once. Keys: (notebook name, "source-1" | "source-2" | "student")."""
+    version once, in two commands of nine notebooks run side by side. Keys: (notebook name, "source-1" |
+    "source-2" | "student")."""
     todo: dict[tuple[str, str], Path] = {}
     for src in SOURCES:
         for run in ("source-1", "source-2"):
@@ -81,9 +93,10 @@ def graded(tmp_path_factory) -> dict[tuple[str, str], tuple[int, str, str]]:
         folder = tmp_path_factory.mktemp(f"{src.stem}-student")
         generate_student_version(src, folder / src.name)
         todo[(src.name, "student")] = folder / src.name
+    paths = list(todo.values())
     with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(_grade_cli, todo.values()))
-    return dict(zip(todo, results, strict=True))
+        results = {k: v for part in pool.map(_grade_cli, (paths[0::2], paths[1::2])) for k, v in part.items()}
+    return {key: results[path] for key, path in todo.items()}
 
 
 def _status_lines(report: str) -> dict[str, str]:
@@ -453,6 +466,54 @@ def test_grading_stops_at_the_wall_clock_limit(tmp_path: Path, monkeypatch, caps
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "longer than the 20 s limit (--time-limit)" in err
+
+
+def test_grading_several_notebooks(tmp_path: Path, monkeypatch, capsys):
+    """A class's submissions in one command: every notebook checked before any runs (a bad one stops the
+    command with one line, nothing graded); then each report headed by its path as it finishes, a notebook that
+    cannot be graded is one line on stderr and the others are graded, and a summary table; the exit status is
+    the worst notebook's."""
+    monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+    tests = {"points": 1, "grade": True, "locked": True}
+    paths = {}
+    for student, body in (("ann", "x = 1"), ("ben", "x = 2"), ("cat", "while True:\n    pass")):
+        folder = tmp_path / "submitted" / student / "mini"
+        folder.mkdir(parents=True)
+        nb = _notebook([_cell("code", body), _cell("code", "assert x == 1", "x-test", **tests)])
+        nbformat.write(nb, folder / "mini.ipynb")
+        paths[student] = folder / "mini.ipynb"
+    broken = tmp_path / "broken.ipynb"
+    broken.write_text('{"cells": [')
+
+    assert cli_main(["grade", str(paths["ann"]), str(broken)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "", "a bad notebook stops the command before any notebook runs"
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(
+        f"emqsim grade: error: {broken} is not a readable"
+    ), err
+
+    code = cli_main(["grade", *map(str, paths.values()), "--timeout", "120", "--time-limit", "15"])
+    captured = capsys.readouterr()
+    assert code == 2, captured
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"emqsim grade: error: {paths['cat']}: "), err
+    assert "longer than the 15 s limit" in err
+    blocks = captured.out.split("\n\n")
+    assert [b.splitlines()[0] for b in blocks] == [
+        str(paths["ann"]),
+        str(paths["ben"]),
+        "2 of 3 notebooks graded",
+    ]
+    assert _status_lines(blocks[0]) == {"x-test": "pass"} and _status_lines(blocks[1]) == {"x-test": "fail"}
+    summary = blocks[2].splitlines()
+    assert re.match(rf"^{re.escape(str(paths['ann']))}\s+1 / 1\s+all checks pass$", summary[2])
+    assert re.match(rf"^{re.escape(str(paths['ben']))}\s+0 / 1\s+some checks fail$", summary[3])
+    assert re.match(rf"^{re.escape(str(paths['cat']))}\s+-\s+not graded: .*15 s limit", summary[4])
+
+    # two that grade: the worst status is 1
+    assert cli_main(["grade", str(paths["ann"]), str(paths["ben"]), "--timeout", "120"]) == 1
+    assert capsys.readouterr().out.endswith("some checks fail\n")
 
 
 def test_grading_runs_in_a_private_copy(tmp_path: Path, monkeypatch, capsys):

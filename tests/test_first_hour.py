@@ -1,6 +1,7 @@
 """Issue 28's first hour: what a newcomer tries in the README and the help works as written."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -352,3 +353,45 @@ def test_grade_shows_the_time_so_far_on_a_terminal(monkeypatch, capsys):
         shown = terminal.buffer.getvalue()
         assert ("grading a.ipynb: 00:01" in shown) is expect, shown
         assert capsys.readouterr().out == "all checks pass\n"
+
+
+def test_grading_several_notebooks_counts_them_and_keeps_what_finished(monkeypatch, capsys, tmp_path):
+    """`grade A B C` on a terminal shows a bar counting the notebooks; Ctrl-C in the second keeps the first's
+    report and prints the summary of what finished before the interrupt goes on. The notebooks are read for
+    real (every one before any runs); the run of each is stubbed (test_assignments grades for real)."""
+    import sys
+
+    import nbformat
+
+    import emqsim.grading as grading
+    from emqsim.grading.report import CellGrade, GradeReport
+
+    paths = []
+    for name in ("a", "b", "c"):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("assert True")])
+        nb.cells[0].metadata["nbgrader"] = {
+            "grade": True, "solution": False, "locked": True, "grade_id": "t", "points": 1, "schema_version": 3,
+        }  # fmt: skip
+        nbformat.write(nb, tmp_path / f"{name}.ipynb")
+        paths.append(tmp_path / f"{name}.ipynb")
+    graded = []
+
+    def run(submission, **kw):
+        graded.append(submission.path)
+        if len(graded) == 2:
+            raise KeyboardInterrupt
+        return GradeReport(submission.path.name, [CellGrade("t", 1.0, 1.0, "pass")])
+
+    monkeypatch.setattr(grading, "grade_prepared", run)
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with pytest.raises(KeyboardInterrupt):
+        grading.grade_notebooks(paths, progress=True)
+    monkeypatch.setattr(sys, "stderr", sys.__stderr__)
+    assert graded == paths[:2]
+    assert "1/3" in terminal.buffer.getvalue() and "notebook" in terminal.buffer.getvalue()
+    out = capsys.readouterr().out
+    assert out.startswith(f"{paths[0]}\n") and str(paths[1]) not in out
+    assert "1 of 3 notebooks graded" in out and re.search(
+        rf"^{re.escape(str(paths[0]))}\s+1 / 1\s+all", out, re.M
+    )

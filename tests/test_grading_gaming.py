@@ -768,16 +768,18 @@ def _statuses(report: str) -> dict[str, str]:
     return out
 
 
-def _grade(args: tuple[str, str, Path]) -> str:
-    assignment, case, folder = args
-    path = submission(assignment, case, folder)
+def _grade(args: tuple[str, list[tuple[str, Path]]]) -> dict[str, str]:
+    """`python -m emqsim grade` on several cases of one assignment in one command (each notebook in a sandbox
+    of its own, as for a class's submissions); each case's report, by case."""
+    assignment, cases = args
+    paths = [submission(assignment, case, folder) for case, folder in cases]
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
             "emqsim",
             "grade",
-            str(path),
+            *map(str, paths),
             "--against",
             str(FOLDER / f"{assignment}.ipynb"),
             "--student",
@@ -791,7 +793,19 @@ def _grade(args: tuple[str, str, Path]) -> str:
         timeout=1800,
     )
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
-    return proc.stdout
+    reports = _reports(proc.stdout, paths)
+    return {case: reports[str(path)] for (case, _), path in zip(cases, paths, strict=True)}
+
+
+def _reports(stdout: str, paths: list[Path]) -> dict[str, str]:
+    """Each notebook's report in `emqsim grade`'s output, by path: one notebook prints its report alone;
+    several print one block per notebook, headed by its path, then the summary table."""
+    if len(paths) == 1:
+        return {str(paths[0]): stdout}
+    blocks = {b.splitlines()[0]: b for b in stdout.split("\n\n") if b.strip()}
+    missing = [str(p) for p in paths if str(p) not in blocks]
+    assert not missing, f"no report for {missing}\n{stdout}"
+    return blocks
 
 
 ALL = list(CASES) + SOLUTIONS + list(EXACT)
@@ -808,11 +822,17 @@ def battery(assignments: tuple[str, ...]) -> list[tuple[str, str]]:
 
 
 def grade_all(keys: list[tuple[str, str]], tmp_path_factory) -> dict[tuple[str, str], str]:
-    """`emqsim grade`'s report for every case, two at a time."""
-    todo = [(a, c, tmp_path_factory.mktemp(f"{a}-{c}")) for a, c in keys]
+    """`emqsim grade`'s report for every case: each assignment's cases in two commands, two commands at a
+    time (one process grading many notebooks saves a start-up and imports per notebook)."""
+    batches = []
+    for assignment in sorted({a for a, _ in keys}):
+        cases = [(c, tmp_path_factory.mktemp(f"{assignment}-{c}")) for a, c in keys if a == assignment]
+        half = (len(cases) + 1) // 2
+        batches += [(assignment, part) for part in (cases[:half], cases[half:]) if part]
+    batches.sort(key=lambda b: -len(b[1]))
     with ThreadPoolExecutor(max_workers=2) as pool:
-        reports = list(pool.map(_grade, todo))
-    return {(a, c): r for (a, c, _), r in zip(todo, reports, strict=True)}
+        graded = list(pool.map(_grade, batches))
+    return {(a, c): r for (a, _), reports in zip(batches, graded, strict=True) for c, r in reports.items()}
 
 
 def judge(key: tuple[str, str], report: str) -> None:

@@ -385,9 +385,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
     problem = missing_extra("notebooks")
     if problem:
         raise ConfigError(problem)
-    from emqsim.grading import grade_notebook
+    from emqsim.grading import grade_notebooks
 
-    return grade_notebook(
+    return grade_notebooks(
         args.notebook,
         timeout=args.timeout,
         time_limit=args.time_limit,

@@ -401,22 +401,26 @@ def build_parser() -> Parser:
         "pip install 'emqsim[notebooks]')",
         description="Run an assignment notebook in a sandboxed kernel, in a private copy of its folder, and "
         "score its test cells: their checks run in this process, which never runs the notebook's code, on the "
-        "answers handed over as plain data. This runs the notebook's code (in the kernel): run it as an "
-        "unprivileged user or in a container for untrusted submissions.",
+        "answers handed over as plain data. Several notebooks (a class's submissions) are graded one after "
+        "another, each in a sandbox of its own, and a summary table follows their reports. This runs the "
+        "notebooks' code (in the kernel): run it as an unprivileged user or in a container for untrusted "
+        "submissions.",
+        epilog="exit status: 0 every notebook passes every autograded check, 1 one does not, 2 one could not be "
+        "graded (bad input stops before any notebook runs)",
     )
-    p.add_argument("notebook", type=existing_file, help="the assignment notebook (.ipynb)")
+    p.add_argument("notebook", type=existing_file, nargs="+", help="the assignment notebook(s) (.ipynb)")
     p.add_argument("--timeout", type=seconds, default=600.0, help="per-cell timeout (default 600)")
     p.add_argument(
         "--time-limit",
         type=seconds,
         default=3600.0,
-        help="wall-clock limit for the whole grading (default 3600)",
+        help="wall-clock limit for grading each notebook (default 3600)",
     )
     p.add_argument(
         "--student",
         metavar="ID",
-        help="the student id the per-student seeds derive from (default: nbgrader's submitted/<id>/ or "
-        "autograded/<id>/ folder, else your own id)",
+        help="the student id the per-student seeds derive from, for every notebook given (default: each "
+        "notebook's nbgrader submitted/<id>/ or autograded/<id>/ folder, else your own id)",
     )
     p.add_argument(
         "--against",

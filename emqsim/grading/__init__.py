@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from emqsim.errors import ConfigError
 from emqsim.grading.answers import (
     GRADING_ENV,
     STUDENT_ENV,
@@ -40,7 +42,7 @@ from emqsim.grading.answers import (
     written_in_notebook,
 )
 from emqsim.grading.checker import CHECK_TIMEOUT, CheckResult, check_answers, run_checks, run_checks_in_order
-from emqsim.grading.grader import folder_student, grade
+from emqsim.grading.grader import check_limits, folder_student, grade, grade_prepared, prepare
 from emqsim.grading.guard import _changed as _changed  # the library's checks and tests use them
 from emqsim.grading.guard import _snapshot as _snapshot
 from emqsim.grading.notebooks import (
@@ -51,6 +53,7 @@ from emqsim.grading.notebooks import (
     END_SOLUTION,
     KERNEL_START_TRIES,
     TEXT_STUB,
+    _read,
     compute_checksum,
     generate_student_version,
     is_autograded,
@@ -116,6 +119,99 @@ def grade_notebook(
     return 0 if report.passed else 1
 
 
+def grade_notebooks(
+    paths: Sequence[Path | str],
+    *,
+    timeout: float = 600,
+    time_limit: float = GRADE_TIME_LIMIT,
+    student: str | None = None,
+    against: Path | str | None = None,
+    progress: bool = False,
+) -> int:
+    """Grade several notebooks in turn, each in a sandbox of its own (`python -m emqsim grade A B ...`): every
+    one is read and checked first, so a path or notebook that cannot be graded stops the command before any
+    runs (a ConfigError naming it). Then each report is printed as its notebook finishes, headed by its path,
+    and a summary table follows. `student` applies to every notebook (default: each one's nbgrader folder,
+    else `student_id()`). A notebook that could not be graded (its time limit, a kernel that would not start)
+    is one line on stderr and a row of the summary; the others are graded. Returns 0 if every notebook passes
+    every autograded check, 1 if one does not, 2 if one could not be graded. One path: `grade_notebook`."""
+    if len(paths) == 1:
+        return grade_notebook(
+            paths[0],
+            timeout=timeout,
+            time_limit=time_limit,
+            student=student,
+            against=against,
+            progress=progress,
+        )
+    check_limits(timeout, time_limit, student)
+    source = _read(against) if against is not None else None
+    ready = []
+    for path in paths:
+        try:
+            ready.append(prepare(path, student=student, source=source))
+        except ConfigError as exc:
+            message, name = str(exc), Path(path).name
+            # the same file name recurs in a class's folders: name the notebook by its path
+            raise ConfigError(
+                f"{path}{message[len(name) :]}" if message.startswith(name) else f"{path}: {message}"
+            ) from None
+    rows: list[tuple[str, str, str]] = []
+    status = 0
+    bar = _progress_bar(len(ready), progress and sys.stderr.isatty())
+    try:
+        for submission in ready:
+            shown = str(submission.path)
+            if bar is not None:
+                bar.set_description(f"grading {shown}")
+            try:
+                report = grade_prepared(submission, timeout=timeout, time_limit=time_limit)
+            except ConfigError as exc:
+                why = " ".join(str(exc).splitlines())
+                print(f"emqsim grade: error: {shown}: {why}", file=sys.stderr, flush=True)
+                rows.append((shown, "-", f"not graded: {why}"))
+                status = 2
+            else:
+                print(report.text().replace(report.notebook, shown, 1) + "\n", flush=True)
+                got, total = report.score
+                rows.append(
+                    (
+                        shown,
+                        f"{got:g} / {total:g}",
+                        "all checks pass" if report.passed else "some checks fail",
+                    )
+                )
+                status = max(status, 0 if report.passed else 1)
+            if bar is not None:
+                bar.update()
+    except KeyboardInterrupt:
+        print(_summary(rows, len(paths)), flush=True)  # the notebooks that finished; then the interrupt
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    print(_summary(rows, len(paths)), flush=True)
+    return status
+
+
+def _progress_bar(total: int, enabled: bool) -> Any:
+    """A tqdm bar on stderr counting the notebooks graded, or None."""
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="notebook", file=sys.stderr, leave=False)
+
+
+def _summary(rows: list[tuple[str, str, str]], total: int) -> str:
+    """One row per notebook: its path, its autograded points and its status."""
+    width = max(len("notebook"), *(len(r[0]) for r in rows))
+    graded = sum(1 for row in rows if not row[2].startswith("not graded"))
+    lines = [f"{graded} of {total} notebooks graded", f"{'notebook':<{width}}  {'autograded':>10}  status"]
+    lines += [f"{path:<{width}}  {points:>10}  {status}" for path, points, status in rows]
+    return "\n".join(lines)
+
+
 __all__: list[str] = [
     "BEGIN_HIDDEN",
     "BEGIN_SOLUTION",
@@ -140,6 +236,7 @@ __all__: list[str] = [
     "generate_student_version",
     "grade",
     "grade_notebook",
+    "grade_notebooks",
     "is_autograded",
     "is_grade",
     "is_locked",

@@ -8,6 +8,7 @@ import re
 import socket
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,40 +25,45 @@ from emqsim.grading.notebooks import (
     is_task,
 )
 from emqsim.grading.report import CellGrade, GradeReport, _error_of, _one_line, _partial
-from emqsim.grading.sandbox import GRADE_TIME_LIMIT, _copy_folder, _not_traceable, sandbox_env
+from emqsim.grading.sandbox import (
+    GRADE_TIME_LIMIT,
+    _copy_folder,
+    _not_traceable,
+    _seed_font_cache,
+    sandbox_env,
+)
 from emqsim.grading.sources import _check_call, restore_from_source, shell_command
 
 
-def grade(
-    path: Path | str,
-    *,
-    timeout: float = 600,
-    time_limit: float = GRADE_TIME_LIMIT,
-    student: str | None = None,
-    against: Path | str | None = None,
-) -> GradeReport:
-    """Grade the notebook at `path`: run it in a sandboxed kernel in a private copy of its folder (cell timeout
-    `timeout` s, the whole run within `time_limit` s), then score its test cells. The checks of the test cells
-    run in THIS process, which never runs the student's code: they see the answers as plain data, or as
-    proxies whose every call goes to the kernel and whose replies are checked. `against`: the instructor's
-    source notebook, whose locked and test cells (hidden tests included) replace the submission's, as
-    nbgrader's autograde does; the checks come from it. `student`: the id the per-student seeds derive from
-    (default: nbgrader's `autograded/<id>/` folder, else see `student_id`)."""
-    defer_iri_grammar()
-    import nbformat
+@dataclass(frozen=True)
+class Submission:
+    """A notebook read and made ready to grade (`prepare`): its cells with the source's tests restored, the
+    student its seeds derive from, its checks' calls, the cells those replace, and its answer cells' source."""
 
-    from emqsim.grading.checks import run_trusted_checks
-    from emqsim.grading.trusted import Channel
+    path: Path
+    nb: Any
+    student: str
+    calls: tuple[tuple[str, list[str], str], ...]
+    skip: frozenset[int]
+    answers: dict[str, str]
 
-    path = Path(path)
+
+def check_limits(timeout: float, time_limit: float, student: str | None) -> None:
+    """One-line ConfigErrors for a bad cell timeout, time limit or student id."""
     for label, value in (("timeout", timeout), ("time limit", time_limit)):
         if not (isinstance(value, int | float) and not isinstance(value, bool) and value > 0):
             raise ConfigError(f"{label} must be a positive number of seconds, got {value!r}")
     if student is not None and not re.fullmatch(r"[A-Za-z0-9_.@\-]{1,100}", student):
         raise ConfigError(f"student id {student!r}: use letters, digits and _ . @ - only")
+
+
+def prepare(path: Path | str, *, student: str | None = None, source: Any = None) -> Submission:
+    """Read the notebook at `path` and make it ready to grade, running nothing: `source` (the instructor's
+    notebook, read) replaces its locked and test cells; a one-line ConfigError if it cannot be graded."""
+    path = Path(path)
     nb = _read(path)
-    if against is not None:
-        nb = restore_from_source(nb, _read(against), path.name)
+    if source is not None:
+        nb = restore_from_source(nb, source, path.name)
     if not any(is_autograded(c) for c in nb.cells):
         raise ConfigError(
             f"{path.name} has no autograded test cells (nbgrader metadata grade: true); is it an assignment?"
@@ -76,6 +82,42 @@ def grade(
         for i, c in enumerate(nb.cells)
         if c.get("cell_type") == "code" and is_solution(c)
     }
+    return Submission(path, nb, who, tuple(calls), frozenset(skip), answers)
+
+
+def grade(
+    path: Path | str,
+    *,
+    timeout: float = 600,
+    time_limit: float = GRADE_TIME_LIMIT,
+    student: str | None = None,
+    against: Path | str | None = None,
+) -> GradeReport:
+    """Grade the notebook at `path`: run it in a sandboxed kernel in a private copy of its folder (cell timeout
+    `timeout` s, the whole run within `time_limit` s), then score its test cells. The checks of the test cells
+    run in THIS process, which never runs the student's code: they see the answers as plain data, or as
+    proxies whose every call goes to the kernel and whose replies are checked. `against`: the instructor's
+    source notebook, whose locked and test cells (hidden tests included) replace the submission's, as
+    nbgrader's autograde does; the checks come from it. `student`: the id the per-student seeds derive from
+    (default: nbgrader's `autograded/<id>/` folder, else see `student_id`)."""
+    check_limits(timeout, time_limit, student)
+    source = _read(against) if against is not None else None
+    return grade_prepared(
+        prepare(path, student=student, source=source), timeout=timeout, time_limit=time_limit
+    )
+
+
+def grade_prepared(
+    submission: Submission, *, timeout: float = 600, time_limit: float = GRADE_TIME_LIMIT
+) -> GradeReport:
+    """Grade a notebook `prepare` made ready (see `grade`); its report is named by the notebook's file name."""
+    defer_iri_grammar()
+    import nbformat
+
+    from emqsim.grading.checks import run_trusted_checks
+    from emqsim.grading.trusted import Channel
+
+    calls, answers, who = list(submission.calls), submission.answers, submission.student
 
     def serve(connection: socket.socket, deadline: float, interrupt: Callable[[], bool]) -> dict[str, Any]:
         channel = Channel(connection, deadline=deadline, interrupt=interrupt)
@@ -85,21 +127,23 @@ def grade(
             channel.close()
 
     _not_traceable()
+    path = submission.path
     with tempfile.TemporaryDirectory(prefix="emqsim-grade-") as tmp:
         work, home = Path(tmp) / "work", Path(tmp) / "home"
         _copy_folder(path.resolve().parent, work)
         home.mkdir()
+        _seed_font_cache(home)
         target = work / path.name
-        nbformat.write(nb, str(target))
+        nbformat.write(submission.nb, str(target))
         executed, reply_errors, stopped, verdicts = _execute_isolated(
             target,
             timeout,
             time_limit,
             sandbox_env(home, who),
-            skip=frozenset(skip),
+            skip=submission.skip,
             serve=serve if calls else None,
         )
-        cells, notes = _score(executed, reply_errors, verdicts, frozenset(skip), stopped)
+        cells, notes = _score(executed, reply_errors, verdicts, submission.skip, stopped)
     if stopped:
         notes.append(stopped)
     return GradeReport(path.name, cells, notes)

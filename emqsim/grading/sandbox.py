@@ -172,6 +172,35 @@ def sandbox_env(home: Path, student: str) -> dict[str, str]:
     return env
 
 
+FONT_CACHE_MAX_BYTES = 16 * 1024 * 1024
+
+
+def _font_cache_dir() -> Path:
+    """Matplotlib's cache folder for this process (`matplotlib.get_cachedir()`'s rule), found without importing
+    Matplotlib: MPLCONFIGDIR, else XDG_CACHE_HOME or ~/.cache, then matplotlib/."""
+    configured = os.environ.get("MPLCONFIGDIR")
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "matplotlib"
+
+
+def _seed_font_cache(home: Path) -> None:
+    """Copy the grader's Matplotlib font list (`fontlist-v*.json`: the system's font files and their
+    properties) into the kernel's private MPLCONFIGDIR, so the kernel does not scan every font again (about
+    0.2 s of CPU per graded notebook). It holds nothing of the grader's but font paths; the kernel's copy is its
+    own. Without one, the kernel builds its own, as before."""
+    with contextlib.suppress(OSError):
+        found = sorted(_font_cache_dir().glob("fontlist-v*.json"))
+        if not found:
+            return
+        folder = home / ".matplotlib"
+        folder.mkdir(exist_ok=True)
+        for cached in found:
+            if cached.is_file() and cached.stat().st_size <= FONT_CACHE_MAX_BYTES:
+                shutil.copyfile(cached, folder / cached.name)
+
+
 def _not_traceable() -> None:
     """Other processes of the same user (the student's kernel) may not ptrace this one or read its memory."""
     with contextlib.suppress(Exception):
