@@ -397,28 +397,35 @@ class Simulation:
                 self.env.process(self._connection_events(worker, list(worker.outages)))
         phases = self._rng("phases", wid + 1)
         policy = self.policy
-        aligned = self.scenario.phases == "aligned"
+        pinned = self.timer_phases  # explore sets the phases it searches (a restarted worker's are its start)
+        drawn = not (self.scenario.phases == "aligned" or restarted)
+        renews = policy.renewal is not None and not policy.renewal.per_job
+        # The phases stream holds the renewal timer's draw, then the sweep timer's: a draw is made only if its
+        # value is used or a later draw needs its place (a stream is made at its first draw: explore, which
+        # pins every timer, makes none).
+        draw_sweep = drawn and policy.swept_by == "workers" and ("sweep", wid) not in pinned
+        draw_renew = drawn and renews and (("renew", wid) not in pinned or draw_sweep)
         # Timers start when the worker starts: a restarted worker's now; the first workers started at
         # arbitrary moments before the run, so their phases are drawn (unless the scenario aligns them).
-        if policy.renewal is not None and not policy.renewal.per_job:
+        if renews:
+            assert policy.renewal is not None
             tick = policy.renewal.tick_ms
-            first = tick if aligned or restarted else int(phases.integers(1, tick + 1))
+            first = int(phases.integers(1, tick + 1)) if draw_renew else tick
             if not restarted:
-                first = self.timer_phases.get(("renew", wid), first)
+                first = pinned.get(("renew", wid), first)
             worker.start_lock_manager(first)
         if policy.swept_by == "workers":
             # BullMQ's stalled checker runs once as soon as the worker starts. Workers started at independent
             # arbitrary moments: the one that sweeps (rate limit held) is a random one, the others' attempts
             # fall at independent uniform offsets in (0, scan] after each of its sweeps (one later than scan
             # would take over), so a hand-over after the sweeper dies waits the least of those offsets.
-            if aligned or restarted:
-                first = 0
-            else:
+            first = 0
+            if draw_sweep:
                 incumbent, phase = self._sweep_phases()
                 offset = int(phases.integers(1, policy.sweep_interval_ms + 1))
                 first = phase if wid == incumbent else phase + offset
             if not restarted:
-                first = self.timer_phases.get(("sweep", wid), first)  # explore sets the phases it searches
+                first = pinned.get(("sweep", wid), first)
             worker.start_sweeper(first, self._rng("network", wid, 2))  # its checks' own round trips
         for _ in range(self.scenario.concurrency):
             self.env.process(worker.slot())
@@ -471,11 +478,9 @@ class Simulation:
         if self.policy.swept_by == "reaper":
             reaper = Reaper(self, self._rng("network", 10**9), self._rng("network", 10**9, 1))
             reaper.outages = list(self.redis_down)
-            phases = self._rng("phases", 0)
-            first = (
-                0 if scenario.phases == "aligned" else int(phases.integers(0, self.policy.sweep_interval_ms))
-            )
-            first = self.timer_phases.get(("sweep", REAPER), first)
+            first = self.timer_phases.get(("sweep", REAPER), 0)
+            if scenario.phases != "aligned" and ("sweep", REAPER) not in self.timer_phases:
+                first = int(self._rng("phases", 0).integers(0, self.policy.sweep_interval_ms))
             reaper.start_sweeper(first)
         for fault in scenario.faults:
             if fault.worker is not None and not isinstance(fault, Outage):
