@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from emqsim.distributions import Distribution, Fixed
+from emqsim.distributions import DISTRIBUTIONS, Distribution, Fixed
 from emqsim.errors import (
     ConfigError,
     WrongType,
@@ -505,7 +505,7 @@ class RandomFaults:
     def __post_init__(self) -> None:
         require_number("RandomFaults.restart_after", self.restart_after, none=True)
         for name in ("freeze_duration", "block_duration", "outage_duration"):
-            require_instance(f"RandomFaults.{name}", getattr(self, name), Distribution, "a Distribution")
+            require_instance(f"RandomFaults.{name}", getattr(self, name), DISTRIBUTIONS, "a Distribution")
         for name in ("crash_rate", "freeze_rate", "block_rate", "outage_rate"):
             value = getattr(self, name)
             require_number(f"RandomFaults.{name}", value)
@@ -555,7 +555,7 @@ class Network:
     skipped_ticks: float = 0.0
 
     def __post_init__(self) -> None:
-        require_instance("Network.rtt", self.rtt, Distribution, "a Distribution, e.g. Fixed(0.002)")
+        require_instance("Network.rtt", self.rtt, DISTRIBUTIONS, "a Distribution, e.g. Fixed(0.002)")
         if self.max_retries_per_request is not None and (
             isinstance(self.max_retries_per_request, bool)
             or not isinstance(self.max_retries_per_request, int)

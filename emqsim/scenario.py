@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from emqsim.distributions import Distribution, Fixed, LogNormal
+from emqsim.distributions import DISTRIBUTIONS, Distribution, Fixed, LogNormal
 from emqsim.errors import ConfigError, require_instance, require_number
 from emqsim.faults import (  # noqa: F401
     Block,
@@ -67,7 +67,7 @@ class Scenario:
         for name in ("name", "queue"):
             require_instance(f"Scenario.{name}", getattr(self, name), str, "a string")
         require_instance(
-            "Scenario.duration", self.duration, Distribution, "a Distribution, e.g. Fixed(60.0) for 60 s"
+            "Scenario.duration", self.duration, DISTRIBUTIONS, "a Distribution, e.g. Fixed(60.0) for 60 s"
         )
         require_instance(
             "Scenario.faults", self.faults, tuple, "a tuple of faults, e.g. (Crash(job=0, after=1.0),)"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
 
 from emqsim.store.admin import AdminCommands
 from emqsim.store.parsing import CommandParser
+from emqsim.store.values import Reply
 
 __all__ = ["KeyStore"]
 
@@ -35,8 +37,12 @@ class KeyStore(CommandParser, AdminCommands):
         active_expire_max_loops: int = 16,
     ) -> None:
         super().__init__(clock, rng=rng, on_evict=on_evict, active_expire_max_loops=active_expire_max_loops)
-        # name -> (handler, Redis arity: n > 0 exactly n args incl. the name, n < 0 at least -n)
-        self._commands = {
+
+    @functools.cached_property
+    def _commands(self) -> dict[str, tuple[Callable[[list[str]], Reply], int]]:  # type: ignore[override]
+        """name -> (handler, Redis arity: n > 0 exactly n args incl. the name, n < 0 at least -n); made at the
+        first `execute` (the simulator's protocol calls the typed commands: most stores never parse one)."""
+        return {
             "SET": (self._set, -3),
             "GET": (self._get, 2),
             "DEL": (self._del, -2),
