@@ -166,9 +166,9 @@ LONGEST_FIRST = (
     "test_assignments.py",
     "test_bullmq_real.py",
     "test_install_paths.py",
-    "test_notebooks.py",
-    "test_explore.py",
     "test_lessons_browser.py",
+    "test_explore.py",
+    "test_notebooks.py",  # its lesson runs are skipped where the browser runs them (LESSON_RUNS)
     "test_bullmq_real_client.py",
     "test_bullmq_real_failover.py",
     "test_bullmq_real_eviction.py",
@@ -188,11 +188,52 @@ def _file_rank(item: pytest.Item) -> int:
     return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
 
 
+def lessons_browser_missing() -> str | None:
+    """Why tests/test_lessons_browser.py cannot run the lessons here (None: it can): Chromium on PATH, the
+    playwright package, JupyterLab (looked up, not imported)."""
+    import importlib.util
+    import shutil
+
+    if not any(map(shutil.which, ("chromium", "chromium-browser"))):
+        return "no chromium on PATH (Debian: apt-get install chromium)"
+    if importlib.util.find_spec("playwright") is None:
+        return "the playwright package is missing (pip install -e '.[test]')"
+    if importlib.util.find_spec("jupyterlab") is None:
+        return "jupyterlab is missing (pip install -e '.[test]')"
+    return None
+
+
+# Each lesson's full-size run: in JupyterLab (test_lessons_browser.py) when that test runs in the session and a
+# browser is there, else headless (test_notebooks.py), never both.
+LESSON_RUNS = (
+    "test_lessons_browser.py::test_lesson_runs_in_jupyterlab_and_its_explorer_redraws",
+    "test_notebooks.py::test_notebook_runs",
+)
+
+
+def _lessons_run_in_the_browser(items: list[pytest.Item]) -> None:
+    """Skip the headless lesson runs when the browser test runs every lesson at full size in this session."""
+    names = {f"{Path(str(i.fspath)).name}::{i.originalname}" for i in items if isinstance(i, pytest.Function)}
+    if LESSON_RUNS[0] not in names or LESSON_RUNS[1] not in names or lessons_browser_missing() is not None:
+        return
+    skip = pytest.mark.skip(
+        reason="run at full size in JupyterLab by test_lessons_browser.py in this session"
+    )
+    for item in items:
+        if (
+            isinstance(item, pytest.Function)
+            and f"{Path(str(item.fspath)).name}::{item.originalname}" == LESSON_RUNS[1]
+        ):
+            item.add_marker(skip)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The longest files first (LONGEST_FIRST; the order within a file stays). Without EMQSIM_SLOW=1, deselect
-    the slow suite (pytest's closing line counts it as deselected)."""
+    the slow suite (pytest's closing line counts it as deselected). Each lesson's full-size run happens once
+    (`_lessons_run_in_the_browser`)."""
     items.sort(key=_file_rank)  # stable
     if runs_slow_tests():
+        _lessons_run_in_the_browser(items)
         return
     slow = [item for item in items if is_slow(item)]
     if slow:
