@@ -95,8 +95,8 @@ def _run_session(sock: str, workdir: Path) -> list[Victim]:
 
     def cut(v: Victim) -> None:
         assert v.proxy is not None
-        v.cut_at = time.time()
         v.proxy.cut()
+        v.cut_at = v.proxy.cut_at  # when the cut took effect, stamped on the proxy's loop
         vb.later(timers, GROUPS[v.group][2], lambda: v.proxy.point(sock) if v.proxy is not None else None)
 
     def on_message(v: Victim, msg: dict[str, Any]) -> None:

@@ -108,8 +108,8 @@ def _run_session(sock: str, workdir: Path) -> list[Victim]:
             v.proxy.release_replies()
             return
         if v.group == "resend":
-            v.cut_at = time.time()
             v.proxy.cut()
+            v.cut_at = v.proxy.cut_at  # when the cut took effect, stamped on the proxy's loop
             time.sleep(OUTAGE_FOR)
             v.proxy.point(sock)
         else:

@@ -21,6 +21,14 @@ the same settings, and the other model must fall outside it. A stuck victim also
 job ends in `wait` with BullMQ's stalled counter at 1, and it is reclaimed 2..6 s after the cut (the lock,
 renewed every 2 s, lapses 2..4 s after it; the next 2 s sweep takes it), as emqsim's reclaims are.
 
+A loaded machine can add to a measured reclaim time in two ways, neither of them BullMQ's: the harness's
+clock read before the cut is early by however long the proxy's loop takes to run the cut (the process's many
+threads share one GIL), and the healthy sweeper's checks can come late. One CI run measured a reclaim 6.53 s
+after the cut (the bound 6 s plus 0.5 s slack); which of the two it was is not known. So the cut's time is
+stamped on the proxy's own loop when the cut takes effect, and a session in which the sweeper ran SLACK or more
+late (`sweeper_late`: its checks' gaps past stalledInterval and their reply delays, around each reclaim) is not
+judged: it runs again under fresh queue names, at most STEADY_ATTEMPTS times in all. No bound was loosened.
+
 Marked slow and redis (run by `.ci/run`); skipped like tests/test_bullmq_real.py when node, the node_modules
 or redis-server are missing (EMQSIM_REQUIRE_BULLMQ=1 turns the skip into a failure).
 """
@@ -28,6 +36,7 @@ or redis-server are missing (EMQSIM_REQUIRE_BULLMQ=1 turns the skip into a failu
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import sys
 import threading
@@ -55,6 +64,7 @@ OUTAGE_FOR = 0.3  # s: Redis is reachable again this long after the cut
 SIM_RUNS = 40  # emqsim replications per prediction
 SLACK = 0.5  # s: a real event's timing against the simulated span (node and the loaded machine's latency)
 DEADLINE = 25.0  # s: the session's real experiment ends by then
+STEADY_ATTEMPTS = 3  # sessions in all, while the machine makes the sweeper late (`session`)
 
 
 def real(test: Any) -> Any:
@@ -67,7 +77,7 @@ class Victim:
     queue: str
     events: list[dict[str, Any]] = field(default_factory=list)
     proxy: RedisProxy | None = None
-    cut_at: float | None = None  # wall-clock time of the cut
+    cut_at: float | None = None  # wall-clock time of the cut (when it took effect, on the proxy's loop)
     accepted_at_cut: int | None = None  # connections the proxy had forwarded by the cut
     accepted_at_end: int | None = None
     final_state: str | None = None  # where job 1 is at the end: wait, active, completed, failed
@@ -82,19 +92,20 @@ class Victim:
         )
 
 
-def _run_session(sock: str, workdir: Path) -> list[Victim]:
+def _run_session(sock: str, workdir: Path, attempt: int = 0) -> list[Victim]:
     import redis
 
     rdb = redis.Redis(unix_socket_path=sock)
     rng = np.random.default_rng(25)
-    victims = [Victim(g, f"{g}-{k}") for g, n in GROUPS.items() for k in range(n)]
+    retry = f"-retry{attempt}" if attempt else ""  # a session run again uses fresh queues on the same Redis
+    victims = [Victim(g, f"{g}-{k}{retry}") for g, n in GROUPS.items() for k in range(n)]
     timers: list[threading.Timer] = []
 
     def cut(v: Victim) -> None:
         assert v.proxy is not None
-        v.cut_at = time.time()
         v.accepted_at_cut = v.proxy.accepted
         v.proxy.cut()
+        v.cut_at = v.proxy.cut_at  # when the cut took effect, stamped on the proxy's loop
         vb.later(timers, OUTAGE_FOR, lambda: v.proxy.point(sock) if v.proxy is not None else None)
 
     def on_message(v: Victim, msg: dict[str, Any]) -> None:
@@ -124,11 +135,53 @@ def _run_session(sock: str, workdir: Path) -> list[Victim]:
     return victims
 
 
+def sweeper_late(victims: list[Victim]) -> float:
+    """How late the healthy sweeper ran, in s, around each victim's reclaim: from the last check sent before the
+    cut to the one that reclaimed (or the last), the worst of each gap between two checks past stalledInterval
+    and each check's reply delay (its `sweep_attempt` event's time past its send). BullMQ schedules the next
+    check stalledInterval after a check ends, so on a steady machine both are a few ms; what is more is the
+    machine's lateness (node waiting for a core), which delays a reclaim by as much, whatever the protocol."""
+    late = 0.0
+    for v in victims:
+        if v.cut_at is None:
+            continue
+        reclaimed = [e["t"] / 1000 for e in v.events if e["ev"] == "stalled"]
+        end = min(reclaimed) if reclaimed else float("inf")
+        sent = sorted((e["sent"] / 1000, e["t"] / 1000) for e in v.events if e["ev"] == "sweep_attempt")
+        first = max([i for i, (at, _) in enumerate(sent) if at <= v.cut_at], default=0)
+        window = [(at, t) for at, t in sent[first:] if at <= end]
+        late = max([late, *(t - at for at, t in window)])
+        gaps = [b[0] - a[0] - STALLED_MS / 1000 for a, b in itertools.pairwise(window)]
+        late = max([late, *gaps])
+    return late
+
+
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory, need_bullmq: None) -> dict[str, Any]:
+    """The experiment, run again (under fresh queue names, at most STEADY_ATTEMPTS times in all) while the
+    healthy sweeper ran SLACK or more late (`sweeper_late`): such a session times the machine, not BullMQ, and
+    is not judged (a NotJudged warning says so). The bounds below are unchanged."""
+    from emqsim.live import Disturbed, until_steady
+
     with vb.real_redis(tmp_path_factory.mktemp("bullmq-stuck")) as (sock, workdir):
         t0 = time.time()
-        victims = _run_session(sock, workdir)
+
+        def attempt(k: int) -> list[Victim]:
+            return _run_session(sock, workdir, k)
+
+        def disturbance(victims: list[Victim]) -> str | None:
+            late = sweeper_late(victims)
+            if late < SLACK:
+                return None
+            return (
+                f"real BullMQ stuck session not judged: the sweeper ran up to {late * 1000:.0f} ms late "
+                f"({SLACK * 1000:.0f} ms slack)"
+            )
+
+        try:
+            victims = until_steady(attempt, disturbance, attempts=STEADY_ATTEMPTS)
+        except Disturbed as exc:
+            pytest.fail(str(exc))
         return {"victims": victims, "wall": time.time() - t0, "workdir": workdir}
 
 
@@ -157,7 +210,10 @@ def predicted(recovers: bool) -> tuple[float, tuple[float, ...]]:
 @real
 def test_every_victim_ran_to_its_end(session: dict[str, Any]) -> None:
     victims = session["victims"]
-    print(f"\nreal BullMQ stuck connections: {len(victims)} victims, {session['wall']:.1f} s")
+    print(
+        f"\nreal BullMQ stuck connections: {len(victims)} victims, {session['wall']:.1f} s, the sweeper "
+        f"up to {sweeper_late(victims) * 1000:.0f} ms late"
+    )
     assert all(v.cut_at is not None for v in victims), [v.queue for v in victims if v.cut_at is None]
     late = [v.queue for v in victims if not v.done.is_set()]
     assert not late, (late, session["workdir"])
@@ -210,3 +266,37 @@ def test_a_connection_that_never_recovers_loses_its_lock_as_the_model_says(
         assert all(lo_s - SLACK <= a <= hi_s + SLACK for a in after), after
         errors = [e["error"] for v in victims for e in v.events if e["ev"] == "error"]
         print(f"stuck victims' errors: {len(errors)}, {sorted(set(errors))}")
+
+
+# -- the harness's own rules (no Redis, no node) ------------------------------------------------------------------
+def test_a_cut_is_stamped_when_it_takes_effect_on_the_proxys_loop() -> None:
+    proxy = RedisProxy("/nonexistent/redis.sock")
+    try:
+        assert proxy.cut_at is None
+        before = time.time()
+        proxy.cut()
+        assert proxy.cut_at is not None and before <= proxy.cut_at <= time.time()
+    finally:
+        proxy.close()
+
+
+def test_the_sweeper_is_late_by_its_gaps_past_the_interval_and_its_reply_delays_around_the_reclaim() -> None:
+    def attempt(sent: float, took: float = 0.005) -> dict[str, Any]:
+        return {"ev": "sweep_attempt", "sent": sent * 1000, "t": (sent + took) * 1000}
+
+    steady = Victim("stuck", "q", cut_at=10.5)
+    steady.events = [attempt(s) for s in (6.0, 8.0, 10.0, 12.0, 14.0)] + [{"ev": "stalled", "t": 14_010}]
+    assert sweeper_late([steady]) == pytest.approx(0.005)
+    late = Victim("stuck", "q", cut_at=10.5)  # the check after the cut came 0.6 s late, then one replied late
+    late.events = [attempt(s) for s in (8.0, 10.0, 12.6)] + [
+        attempt(14.6, 0.3),
+        {"ev": "stalled", "t": 14_900},
+    ]
+    assert sweeper_late([late]) == pytest.approx(0.6)
+    # what came before the last check ahead of the cut, or after the reclaim, does not count
+    early = Victim("stuck", "q", cut_at=10.5)
+    early.events = [attempt(s) for s in (2.0, 7.0, 9.0, 11.0)] + [
+        {"ev": "stalled", "t": 11_010},
+        attempt(16.0),
+    ]
+    assert sweeper_late([early]) == pytest.approx(0.005)

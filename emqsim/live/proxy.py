@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 
 __all__ = ["RedisProxy"]
 
@@ -34,6 +35,9 @@ class RedisProxy:
         self._replies = asyncio.Event()  # cleared by `hold_replies`: the server-to-client direction only
         self._writers: set[asyncio.StreamWriter] = set()
         self.accepted = 0  # connections forwarded (a refused one is not counted)
+        self.cut_at: float | None = (
+            None  # wall-clock time (time.time()) of the last `cut`, when it took effect
+        )
         self._call(self._gate.set)
         self._call(self._replies.set)
         self._server = self._run(asyncio.start_server(self._client, "127.0.0.1", 0))
@@ -109,6 +113,9 @@ class RedisProxy:
 
         async def cut() -> None:
             self.upstream = None
+            # the moment the cut takes effect, on the proxy's own loop: a caller's clock read before `cut`
+            # is early by however long this loop took to run it (a busy process's threads share one GIL)
+            self.cut_at = time.time()
             for writer in list(self._writers):
                 writer.close()
             self._writers.clear()
