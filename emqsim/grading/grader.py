@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import re
 import socket
@@ -62,8 +63,8 @@ def prepare(path: Path | str, *, student: str | None = None, source: Any = None)
     notebook, read) replaces its locked and test cells; a one-line ConfigError if it cannot be graded."""
     path = Path(path)
     nb = _read(path)
-    if source is not None:
-        nb = restore_from_source(nb, source, path.name)
+    if source is not None:  # a copy: the restored cells share nothing with another submission's
+        nb = restore_from_source(nb, copy.deepcopy(source), path.name)
     if not any(is_autograded(c) for c in nb.cells):
         raise ConfigError(
             f"{path.name} has no autograded test cells (nbgrader metadata grade: true); is it an assignment?"
