@@ -227,6 +227,7 @@ def _lessons_run_in_the_browser(items: list[pytest.Item]) -> None:
             item.add_marker(skip)
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected what they deselect
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The longest files first (LONGEST_FIRST; the order within a file stays). Without EMQSIM_SLOW=1, deselect
     the slow suite (pytest's closing line counts it as deselected). Each lesson's full-size run happens once

@@ -35,9 +35,8 @@ class RedisProxy:
         self._replies = asyncio.Event()  # cleared by `hold_replies`: the server-to-client direction only
         self._writers: set[asyncio.StreamWriter] = set()
         self.accepted = 0  # connections forwarded (a refused one is not counted)
-        self.cut_at: float | None = (
-            None  # wall-clock time (time.time()) of the last `cut`, when it took effect
-        )
+        # wall-clock time (time.time()) of the last `cut`, when it took effect on the loop
+        self.cut_at: float | None = None
         self._call(self._gate.set)
         self._call(self._replies.set)
         self._server = self._run(asyncio.start_server(self._client, "127.0.0.1", 0))
