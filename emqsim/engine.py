@@ -399,17 +399,16 @@ class Simulation:
         policy = self.policy
         pinned = self.timer_phases  # explore sets the phases it searches (a restarted worker's are its start)
         drawn = not (self.scenario.phases == "aligned" or restarted)
-        renews = policy.renewal is not None and not policy.renewal.per_job
+        renewal = policy.renewal if policy.renewal is not None and not policy.renewal.per_job else None
         # The phases stream holds the renewal timer's draw, then the sweep timer's: a draw is made only if its
         # value is used or a later draw needs its place (a stream is made at its first draw: explore, which
         # pins every timer, makes none).
         draw_sweep = drawn and policy.swept_by == "workers" and ("sweep", wid) not in pinned
-        draw_renew = drawn and renews and (("renew", wid) not in pinned or draw_sweep)
+        draw_renew = drawn and renewal is not None and (("renew", wid) not in pinned or draw_sweep)
         # Timers start when the worker starts: a restarted worker's now; the first workers started at
         # arbitrary moments before the run, so their phases are drawn (unless the scenario aligns them).
-        if renews:
-            assert policy.renewal is not None
-            tick = policy.renewal.tick_ms
+        if renewal is not None:  # one timer for the worker's leases (not one per job)
+            tick = renewal.tick_ms
             first = int(phases.integers(1, tick + 1)) if draw_renew else tick
             if not restarted:
                 first = pinned.get(("renew", wid), first)

@@ -149,11 +149,16 @@ def runs_slow_tests() -> bool:
     return os.environ.get(SLOW_ENV) == "1"
 
 
+def _test_name(item: pytest.Item) -> str:
+    """`file.py::test` (its parametrized cases share it), or the file's name for an item that is no function."""
+    name = Path(str(item.fspath)).name
+    return f"{name}::{item.originalname}" if isinstance(item, pytest.Function) else name
+
+
 def is_slow(item: pytest.Item) -> bool:
     """In the slow suite: marked `slow`, or its file in SLOW_FILES, or its file and name in SLOW_TESTS."""
     name = Path(str(item.fspath)).name
-    test = f"{name}::{item.originalname}" if isinstance(item, pytest.Function) else name
-    return item.get_closest_marker("slow") is not None or name in SLOW_FILES or test in SLOW_TESTS
+    return item.get_closest_marker("slow") is not None or name in SLOW_FILES or _test_name(item) in SLOW_TESTS
 
 
 # The files that take longest, longest first: pytest-xdist hands whole files to its workers in collection order
@@ -213,17 +218,14 @@ LESSON_RUNS = (
 
 def _lessons_run_in_the_browser(items: list[pytest.Item]) -> None:
     """Skip the headless lesson runs when the browser test runs every lesson at full size in this session."""
-    names = {f"{Path(str(i.fspath)).name}::{i.originalname}" for i in items if isinstance(i, pytest.Function)}
+    names = {_test_name(item) for item in items}
     if LESSON_RUNS[0] not in names or LESSON_RUNS[1] not in names or lessons_browser_missing() is not None:
         return
     skip = pytest.mark.skip(
         reason="run at full size in JupyterLab by test_lessons_browser.py in this session"
     )
     for item in items:
-        if (
-            isinstance(item, pytest.Function)
-            and f"{Path(str(item.fspath)).name}::{item.originalname}" == LESSON_RUNS[1]
-        ):
+        if _test_name(item) == LESSON_RUNS[1]:
             item.add_marker(skip)
 
 

@@ -22,6 +22,8 @@ nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
+from test_grading_gaming import reports_by_path  # noqa: E402  # one parser of `grade`'s reports
+
 from emqsim.cli import main as cli_main  # noqa: E402
 from emqsim.errors import ConfigError  # noqa: E402
 from emqsim.grading import (  # noqa: E402
@@ -68,7 +70,7 @@ def _grade_cli(paths: list[Path]) -> dict[Path, tuple[int, str, str]]:
         timeout=1800,
     )
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
-    blocks = {b.splitlines()[0]: b for b in proc.stdout.split("\n\n") if b.strip()}
+    blocks = reports_by_path(proc.stdout, paths)
     summary = proc.stdout.rsplit("\n\n", 1)[-1]
     out = {}
     for path in paths:

@@ -793,11 +793,11 @@ def _grade(args: tuple[str, list[tuple[str, Path]]]) -> dict[str, str]:
         timeout=1800,
     )
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
-    reports = _reports(proc.stdout, paths)
+    reports = reports_by_path(proc.stdout, paths)
     return {case: reports[str(path)] for (case, _), path in zip(cases, paths, strict=True)}
 
 
-def _reports(stdout: str, paths: list[Path]) -> dict[str, str]:
+def reports_by_path(stdout: str, paths: list[Path]) -> dict[str, str]:
     """Each notebook's report in `emqsim grade`'s output, by path: one notebook prints its report alone;
     several print one block per notebook, headed by its path, then the summary table."""
     if len(paths) == 1:
