@@ -478,7 +478,7 @@ def test_grading_several_notebooks(tmp_path: Path, monkeypatch, capsys):
     monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
     tests = {"points": 1, "grade": True, "locked": True}
     paths = {}
-    for student, body in (("ann", "x = 1"), ("ben", "x = 2"), ("cat", "while True:\n    pass")):
+    for student, body in (("ann", "x = 1"), ("ben", "x = 2"), ("cat", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")):
         folder = tmp_path / "submitted" / student / "mini"
         folder.mkdir(parents=True)
         nb = _notebook([_cell("code", body), _cell("code", "assert x == 1", "x-test", **tests)])
@@ -495,12 +495,14 @@ def test_grading_several_notebooks(tmp_path: Path, monkeypatch, capsys):
         f"emqsim grade: error: {broken} is not a readable"
     ), err
 
-    code = cli_main(["grade", *map(str, paths.values()), "--timeout", "120", "--time-limit", "15"])
+    # cat's notebook kills the process that runs it: it cannot be graded, at once and on any machine (a time
+    # limit would also stop a slow honest run on a loaded one; test_grading_stops_at_the_wall_clock_limit has it)
+    code = cli_main(["grade", *map(str, paths.values()), "--timeout", "120"])
     captured = capsys.readouterr()
     assert code == 2, captured
     err = captured.err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"emqsim grade: error: {paths['cat']}: "), err
-    assert "longer than the 15 s limit" in err
+    assert "running mini.ipynb failed" in err
     blocks = captured.out.split("\n\n")
     assert [b.splitlines()[0] for b in blocks] == [
         str(paths["ann"]),
@@ -511,7 +513,7 @@ def test_grading_several_notebooks(tmp_path: Path, monkeypatch, capsys):
     summary = blocks[2].splitlines()
     assert re.match(rf"^{re.escape(str(paths['ann']))}\s+1 / 1\s+all checks pass$", summary[2])
     assert re.match(rf"^{re.escape(str(paths['ben']))}\s+0 / 1\s+some checks fail$", summary[3])
-    assert re.match(rf"^{re.escape(str(paths['cat']))}\s+-\s+not graded: .*15 s limit", summary[4])
+    assert re.match(rf"^{re.escape(str(paths['cat']))}\s+-\s+not graded: running mini\.ipynb failed", summary[4])
 
     # two that grade: the worst status is 1
     assert cli_main(["grade", str(paths["ann"]), str(paths["ben"]), "--timeout", "120"]) == 1
