@@ -478,7 +478,11 @@ def test_grading_several_notebooks(tmp_path: Path, monkeypatch, capsys):
     monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
     tests = {"points": 1, "grade": True, "locked": True}
     paths = {}
-    for student, body in (("ann", "x = 1"), ("ben", "x = 2"), ("cat", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")):
+    for student, body in (
+        ("ann", "x = 1"),
+        ("ben", "x = 2"),
+        ("cat", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)"),
+    ):
         folder = tmp_path / "submitted" / student / "mini"
         folder.mkdir(parents=True)
         nb = _notebook([_cell("code", body), _cell("code", "assert x == 1", "x-test", **tests)])
@@ -513,7 +517,9 @@ def test_grading_several_notebooks(tmp_path: Path, monkeypatch, capsys):
     summary = blocks[2].splitlines()
     assert re.match(rf"^{re.escape(str(paths['ann']))}\s+1 / 1\s+all checks pass$", summary[2])
     assert re.match(rf"^{re.escape(str(paths['ben']))}\s+0 / 1\s+some checks fail$", summary[3])
-    assert re.match(rf"^{re.escape(str(paths['cat']))}\s+-\s+not graded: running mini\.ipynb failed", summary[4])
+    assert re.match(
+        rf"^{re.escape(str(paths['cat']))}\s+-\s+not graded: running mini\.ipynb failed", summary[4]
+    )
 
     # two that grade: the worst status is 1
     assert cli_main(["grade", str(paths["ann"]), str(paths["ben"]), "--timeout", "120"]) == 1
