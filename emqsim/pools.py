@@ -119,9 +119,10 @@ def gather(futures: Sequence[Future[T]]) -> list[T]:
     return [result_of(f) for f in futures]
 
 
-def _worker_init() -> None:
+def _worker_init(setup: Callable[..., None] | None = None, setup_args: tuple[Any, ...] = ()) -> None:
     """Pool workers ignore Ctrl-C (the parent decides what happens), end on SIGTERM and die with the parent
-    (Linux). They start with the parent's held signals blocked; one that came meanwhile is handled now."""
+    (Linux). They start with the parent's held signals blocked; one that came meanwhile is handled now. Then
+    the pool's own `setup`, if any."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for signum in HELD:
         if signum != signal.SIGINT:
@@ -129,14 +130,21 @@ def _worker_init() -> None:
     if CAN_BLOCK:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
     set_parent_death_signal(signal.SIGKILL)
+    if setup is not None:
+        setup(*setup_args)
 
 
-def start_pool(workers: int) -> ProcessPoolExecutor:
+def start_pool(
+    workers: int, setup: Callable[..., None] | None = None, setup_args: tuple[Any, ...] = ()
+) -> ProcessPoolExecutor:
     """A process pool of `workers` processes that ignore Ctrl-C and die with this process, started now with
     signals held: a Ctrl-C at a terminal, which reaches the whole process group, cannot land in a worker that
-    has just been forked and is not yet ignoring it (it would run on as a copy of the command)."""
+    has just been forked and is not yet ignoring it (it would run on as a copy of the command). Each worker
+    then runs `setup(*setup_args)` (e.g. to be handed a shared counter, which only process creation can pass)."""
     with SignalsHeld():
-        pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init)
+        pool = ProcessPoolExecutor(
+            max_workers=workers, initializer=_worker_init, initargs=(setup, setup_args)
+        )
         pool.submit(int)  # forks the workers and starts the pool's threads (they keep the signals blocked)
     return pool
 
@@ -178,11 +186,13 @@ def stop_pool(pool: ProcessPoolExecutor) -> None:
 
 
 @contextlib.contextmanager
-def owned_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+def owned_pool(
+    workers: int, setup: Callable[..., None] | None = None, setup_args: tuple[Any, ...] = ()
+) -> Iterator[ProcessPoolExecutor]:
     """A pool for the `with` block: shut down when the block ends (tasks nobody waited for are cancelled),
     stopped at once (`stop_pool`) when it ends by an exception (a Ctrl-C, a failed task): nothing then waits
-    for tasks whose results are lost."""
-    pool = start_pool(workers)
+    for tasks whose results are lost. `setup`: as `start_pool`'s."""
+    pool = start_pool(workers, setup, setup_args)
     try:
         yield pool
         pool.shutdown(cancel_futures=True)

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -527,9 +528,13 @@ def test_grading_several_notebooks(tmp_path: Path, monkeypatch, capsys):
 
 
 def test_grading_runs_in_a_private_copy(tmp_path: Path, monkeypatch, capsys):
-    """Relative writes, even above the notebook's folder, land in the private copy; the submission and its
-    folder stay as they were."""
+    """Relative writes land in the grader's private copy, one folder up in its private folder, two up beside
+    it (in the grader's temporary folder, here under tmp_path: the kernel runs as the grading user, which
+    README says to contain); the submission and its folders stay as they were."""
     monkeypatch.setenv("PYTHONPATH", _env()["PYTHONPATH"])
+    scratch = tmp_path / "grader-tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # the grader's private folders, not the system's
     folder = tmp_path / "course" / "alice"
     folder.mkdir(parents=True)
     (folder / "data.txt").write_text("input")
@@ -545,6 +550,7 @@ def test_grading_runs_in_a_private_copy(tmp_path: Path, monkeypatch, capsys):
     assert cli_main(["grade", str(folder / "writes.ipynb"), "--timeout", "120"]) == 0, capsys.readouterr()
     assert (folder / "data.txt").read_text() == "input"
     assert not (tmp_path / "course" / "escape.txt").exists() and not (tmp_path / "escape.txt").exists()
+    assert [p.name for p in scratch.iterdir()] == ["escape.txt"], "the private folder was not removed"
     assert sorted(p.name for p in folder.iterdir()) == ["data.txt", "writes.ipynb"]
     assert (folder / "writes.ipynb").read_bytes() == before
 

@@ -102,14 +102,26 @@ def test_explore_equals_brute_force_on_small_spaces(scan, swept_by, two_phase, k
 
 
 def test_parallel_equals_serial():
+    """The search is cut in the same parts however many processes share them: one process, a pool of ours
+    (its progress told run by run through a shared counter) and an executor give the same exploration, its
+    runs, tie findings and counterexamples included."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from emqsim.explore import as_json
+    from emqsim.explore.running import PARTS
+
     # a 0.3 s job (the default: 1 s past the latest offset): the split must not change the result whatever
     # the job's length, and the crash (at most 0.2 s in) still comes before its end
     sp = space(LeasePolicy(0.3, 0.1, 0.05, swept_by="reaper"), [FaultSpec("crash")], duration=0.3)
-    one = explore(sp, jobs=1)
-    two = explore(sp, jobs=2)
-    assert one.counts == two.counts and one.points == two.points
-    assert one.latency_values.tolist() == two.latency_values.tolist()
-    assert one.latency_weights.tolist() == two.latency_weights.tolist()
+    told: dict[int, list[int]] = {1: [], 2: []}
+    one = explore(sp, jobs=1, progress=told[1].append)
+    two = explore(sp, jobs=2, progress=told[2].append)
+    with ThreadPoolExecutor(3) as executor:
+        three = explore(sp, executor=executor)
+    assert as_json(one) == as_json(two) == as_json(three)
+    assert one.runs == two.runs == sum(told[1]) == sum(told[2])
+    assert set(told[1]) == {1} and len(told[1]) == one.runs  # one process: run by run
+    assert sp.dims[0].size > PARTS  # the world is big enough to be cut in every part
 
 
 # -- against the closed forms (docs/theory.md) -------------------------------------------------------------------

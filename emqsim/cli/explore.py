@@ -125,7 +125,12 @@ def add_explore_arguments(p: Any) -> None:
     p.add_argument("--vary-renewal", action="store_true", help="also search the job's worker's renewal phase")
     p.add_argument("--pin-sweeps", action="store_true", help="pin every sweep phase to 0 (fewer runs)")
     p.add_argument("--no-ties", action="store_true", help="skip the other same-millisecond orders")
-    p.add_argument("--jobs", type=whole(1), default=1, help="parallel processes (default 1)")
+    p.add_argument(
+        "--jobs",
+        type=whole(1),
+        help="parallel processes (default: one per core, at most 4: the search is cut in 4 parts, whatever "
+        "the processes, so every --jobs gives the same result)",
+    )
     p.add_argument("--dask", metavar="ADDRESS", help="run on a Dask scheduler ('local' for a LocalCluster)")
     p.add_argument(
         "--max-runs", type=whole(1), default=MAX_RUNS, help=f"refuse bigger (default {MAX_RUNS:,})"
@@ -218,6 +223,9 @@ def cmd_explore(args: Any) -> int:
             f"about {ticks:.1e} timer steps per run, over {MAX_RUN_TICKS:.0e} (several CPU-seconds per run); "
             "shorten the fault lengths or --duration, or pass --yes"
         )
+    from emqsim.cli.work import clamp_jobs, usable_cores
+
+    jobs = (clamp_jobs(args.jobs) if not args.dask else args.jobs) or usable_cores()
     executor = client = None
     if args.dask:
         from emqsim.cli.work import dask_executor as _dask_executor
@@ -229,7 +237,7 @@ def cmd_explore(args: Any) -> int:
     bar = _progress_bar(estimate, None if not args.quiet else False)
     bar.set_description("exploring")
     try:
-        result = explore(sp, jobs=args.jobs, executor=executor, ties=not args.no_ties, progress=bar.update)
+        result = explore(sp, jobs=jobs, executor=executor, ties=not args.no_ties, progress=bar.update)
     finally:
         bar.close()
         if client is not None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
+import multiprocessing
 import os
 from collections.abc import Callable
 from concurrent.futures import Executor
+from typing import Any
 
 import numpy as np
 
@@ -15,18 +16,37 @@ from emqsim.explore.report import _tie_text
 from emqsim.explore.results import Boundary, Counterexample, Exploration, TieDependence
 from emqsim.explore.search import _Search
 from emqsim.explore.space import Space
-from emqsim.pools import gather, owned_pool, submit_all
+from emqsim.pools import gather, owned_pool, result_of, submit_all, wait_some
 from emqsim.server import TieBreak
+
+# The outermost coordinate is searched in this many parts (fewer if it has fewer values), however many processes
+# share them: each part finds its own edges, so the number of runs depends on the parts, and with a fixed number
+# every machine and every --jobs prints the same exploration, its runs included.
+PARTS = 4
+
+# In a pool's worker process: the parent's count of runs, for its progress bar (`_count_runs_in`).
+_runs_done: Any = None
+
+
+def _count_runs_in(counter: Any) -> None:
+    """A pool worker's setup: count this process's runs in the parent's shared `counter`."""
+    global _runs_done
+    _runs_done = counter
+
+
+def _one_more_run() -> None:
+    with _runs_done.get_lock():
+        _runs_done.value += 1
 
 
 def _chunk(
     args: tuple[Space, int, int, bool], on_run: Callable[[], None] | None = None
 ) -> tuple[_Aggregate, int, list, dict]:
     """Explore the outermost coordinate from lo to hi and sum it up (module-level, so process pools can
-    pickle it). `on_run` (serial runs only) is called after every run, for a progress bar."""
+    pickle it). `on_run` (in this process) or the pool's shared counter is told of every run."""
     sp, lo, hi, ties = args
     search = _Search(sp, ties)
-    search.eval.on_run = on_run
+    search.eval.on_run = on_run if on_run is not None or _runs_done is None else _one_more_run
     structure = search.level((), 0, lo, hi) if len(sp.dims) > 1 else search.line(())
     agg = _Aggregate(sp)
     agg.structure(structure, len(sp.dims) - 1)
@@ -42,29 +62,36 @@ def explore(
     ties: bool = True,
     progress: Callable[[int], None] | None = None,
 ) -> Exploration:
-    """Search every point of `sp` (see the module docstring); `jobs` processes or an `executor` (e.g. Dask's)
-    split the outermost coordinate. `ties`: also run the points around every flip of a property under the
-    other same-millisecond orders (`TIE_VARIANTS`). `progress(n)` is told of n more runs as they happen
-    (run by run in one process; part by part with several)."""
+    """Search every point of `sp` (see the module docstring), its outermost coordinate in `PARTS` parts
+    shared by `jobs` processes (None: one per core) or an `executor` (e.g. Dask's); the result is the same
+    either way. `ties`: also run the points around every flip of a property under the other same-millisecond
+    orders (`TIE_VARIANTS`). `progress(n)` is told of n more runs as they happen (run by run in this process
+    or a pool of ours, part by part on an executor)."""
     if not sp.dims:
         raise ConfigError("explore: every coordinate is pinned; nothing to search")
     outer = sp.dims[0]
-    workers = jobs if jobs is not None else (os.cpu_count() or 1)
-    parts = (
-        1 if (executor is None and workers <= 1) or len(sp.dims) == 1 else min(outer.size, max(workers, 2))
-    )
+    parts = 1 if len(sp.dims) == 1 else min(outer.size, PARTS)
     edges = np.linspace(outer.lo, outer.hi + 1, parts + 1).round().astype(int).tolist()
     tasks = [(sp, lo, hi - 1, ties) for lo, hi in zip(edges, edges[1:], strict=False) if hi - 1 >= lo]
-    if parts == 1:
+    processes = min(len(tasks), jobs if jobs is not None else (os.cpu_count() or 1))
+    if executor is not None:
+        results = gather(submit_all(executor, _chunk, tasks))
+        if progress is not None:
+            progress(sum(r[1] for r in results))
+    elif processes <= 1:
         tick = None if progress is None else (lambda: progress(1))
         results = [_chunk(t, tick) for t in tasks]
     else:
-        with contextlib.ExitStack() as stack:
-            if executor is None:
-                executor = stack.enter_context(owned_pool(workers))
-            results = gather(submit_all(executor, _chunk, tasks))
-        if progress is not None:
-            progress(sum(r[1] for r in results))
+        counter = multiprocessing.Value("q", 0)
+        with owned_pool(processes, _count_runs_in, (counter,)) as pool:
+            futures = submit_all(pool, _chunk, tasks)
+            told, pending = 0, set(futures)
+            while pending:
+                _, pending = wait_some(pending)
+                if progress is not None and counter.value > told:
+                    progress(counter.value - told)
+                    told = counter.value
+            results = [result_of(f) for f in futures]
     agg = _Aggregate(sp)
     runs = 0
     tie_findings = []
