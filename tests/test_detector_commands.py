@@ -47,7 +47,8 @@ def test_explore_searches_a_detector_exactly_serial_or_parallel(here):
     assert result.counts == held
     assert np.repeat(result.latency_values, result.latency_weights).tolist() == sorted(latencies)
     two_dims = space(phi, [FaultSpec("crash", offset=(0, 500))], step=250)
-    one, two = explore(two_dims, jobs=1), explore(two_dims, jobs=2)
+    # cut in parts (the default would search this small space in one), so that the pool shares them
+    one, two = explore(two_dims, jobs=1, parts=4), explore(two_dims, jobs=2, parts=4)
     assert one.counts == two.counts and one.points == two.points
     assert one.latency_values.tolist() == two.latency_values.tolist()
     assert one.latency_weights.tolist() == two.latency_weights.tolist()

@@ -17,6 +17,7 @@ from emqsim.analytic import (
     reconnect_time,
 )
 from emqsim.cli import main
+from emqsim.errors import ConfigError
 from emqsim.explore import (
     FAULT_KINDS,
     NO_DUPLICATE_COMPLETION,
@@ -102,26 +103,40 @@ def test_explore_equals_brute_force_on_small_spaces(scan, swept_by, two_phase, k
 
 
 def test_parallel_equals_serial():
-    """The search is cut in the same parts however many processes share them: one process, a pool of ours
-    (its progress told run by run through a shared counter) and an executor give the same exploration, its
-    runs, tie findings and counterexamples included."""
+    """A search is cut in the same parts however many processes share them: one process, a pool of ours (its
+    progress told run by run through a shared counter) and an executor give the same exploration, its runs,
+    tie findings and counterexamples included. Which searches are cut reads the space alone."""
     from concurrent.futures import ThreadPoolExecutor
 
     from emqsim.explore import as_json
-    from emqsim.explore.running import PARTS
+    from emqsim.explore.running import MIN_PART, PARTS, SPLIT_RUNS, _parts
 
     # a 0.3 s job (the default: 1 s past the latest offset): the split must not change the result whatever
     # the job's length, and the crash (at most 0.2 s in) still comes before its end
     sp = space(LeasePolicy(0.3, 0.1, 0.05, swept_by="reaper"), [FaultSpec("crash")], duration=0.3)
     told: dict[int, list[int]] = {1: [], 2: []}
-    one = explore(sp, jobs=1, progress=told[1].append)
-    two = explore(sp, jobs=2, progress=told[2].append)
+    one = explore(sp, jobs=1, progress=told[1].append, parts=PARTS)
+    two = explore(sp, jobs=2, progress=told[2].append, parts=PARTS)
     with ThreadPoolExecutor(3) as executor:
-        three = explore(sp, executor=executor)
+        three = explore(sp, executor=executor, parts=PARTS)
     assert as_json(one) == as_json(two) == as_json(three)
     assert one.runs == two.runs == sum(told[1]) == sum(told[2])
     assert set(told[1]) == {1} and len(told[1]) == one.runs  # one process: run by run
-    assert sp.dims[0].size > PARTS  # the world is big enough to be cut in every part
+    # each part finds its own edges; by default this small search is not cut
+    assert one.runs > explore(sp).runs
+    assert _parts(sp, True) == 1 and sp.dims[0].size > PARTS
+    # the default world is big (cut in PARTS); a restart world whose offset spans 21 ms is not, however big its
+    # estimate: each part would search its few lines again (docs/explore.md: 4 times the runs)
+    default = space(LeasePolicy(30, 10, 5), [FaultSpec("crash")])
+    assert _parts(default, True) == _parts(default, False) == PARTS
+    assert estimate_runs(default, ties=False) >= SPLIT_RUNS and default.dims[0].size >= PARTS * MIN_PART
+    narrow = space(
+        LeasePolicy(20, 5, 1, swept_by="reaper"),
+        [FaultSpec("restart", offset=(6990, 7010), params={"length": (9000, 12000)})],
+    )
+    assert estimate_runs(narrow) >= SPLIT_RUNS and _parts(narrow, True) == 1
+    with pytest.raises(ConfigError, match="parts must be >= 1"):
+        explore(sp, parts=0)
 
 
 # -- against the closed forms (docs/theory.md) -------------------------------------------------------------------

@@ -128,8 +128,8 @@ def add_explore_arguments(p: Any) -> None:
     p.add_argument(
         "--jobs",
         type=whole(1),
-        help="parallel processes (default: one per core, at most 4: the search is cut in 4 parts, whatever "
-        "the processes, so every --jobs gives the same result)",
+        help="parallel processes (default: one per core, at most 4: a big search is cut in 4 parts, a small "
+        "one is not, whatever the processes, so every --jobs gives the same result)",
     )
     p.add_argument("--dask", metavar="ADDRESS", help="run on a Dask scheduler ('local' for a LocalCluster)")
     p.add_argument(

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from emqsim.errors import ConfigError
-from emqsim.explore.aggregate import _Aggregate, _key_from_order
+from emqsim.errors import ConfigError, require_whole
+from emqsim.explore.aggregate import _Aggregate, _key_from_order, estimate_runs
 from emqsim.explore.report import _tie_text
 from emqsim.explore.results import Boundary, Counterexample, Exploration, TieDependence
 from emqsim.explore.search import _Search
@@ -19,10 +19,14 @@ from emqsim.explore.space import Space
 from emqsim.pools import gather, owned_pool, result_of, submit_all, wait_some
 from emqsim.server import TieBreak
 
-# The outermost coordinate is searched in this many parts (fewer if it has fewer values), however many processes
-# share them: each part finds its own edges, so the number of runs depends on the parts, and with a fixed number
-# every machine and every --jobs prints the same exploration, its runs included.
+# A big search cuts its outermost coordinate in PARTS parts, which processes can share; any other is one part.
+# Each part finds its own edges (a few lines of the coordinate), so parts cost runs: little in a big search, up to
+# PARTS times the runs where the coordinate has few values. Big means an estimate of SPLIT_RUNS runs or more
+# (`estimate_runs`) and at least MIN_PART values of the coordinate per part. The rule reads the space alone, not
+# the processes, so every machine and every --jobs prints the same exploration, its runs included.
 PARTS = 4
+SPLIT_RUNS = 100_000
+MIN_PART = 1_000
 
 # In a pool's worker process: the parent's count of runs, for its progress bar (`_count_runs_in`).
 _runs_done: Any = None
@@ -54,6 +58,12 @@ def _chunk(
     return agg, search.eval.runs, search.tie_findings, search.tie_latencies
 
 
+def _parts(sp: Space, ties: bool) -> int:
+    """How many parts the search of `sp` is cut in (see PARTS)."""
+    big = sp.dims[0].size >= PARTS * MIN_PART and estimate_runs(sp, ties) >= SPLIT_RUNS
+    return PARTS if big else 1
+
+
 def explore(
     sp: Space,
     *,
@@ -61,16 +71,18 @@ def explore(
     executor: Executor | None = None,
     ties: bool = True,
     progress: Callable[[int], None] | None = None,
+    parts: int | None = None,
 ) -> Exploration:
-    """Search every point of `sp` (see the module docstring), its outermost coordinate in `PARTS` parts
-    shared by `jobs` processes (None: one per core) or an `executor` (e.g. Dask's); the result is the same
-    either way. `ties`: also run the points around every flip of a property under the other same-millisecond
-    orders (`TIE_VARIANTS`). `progress(n)` is told of n more runs as they happen (run by run in this process
-    or a pool of ours, part by part on an executor)."""
+    """Search every point of `sp` (see the module docstring); a big search's parts (`PARTS`; `parts` sets
+    their number instead) are shared by `jobs` processes (None: one per core) or an `executor` (e.g. Dask's),
+    and the result is the same either way. `ties`: also run the points around every flip of a property under
+    the other same-millisecond orders (`TIE_VARIANTS`). `progress(n)` is told of n more runs as they happen
+    (run by run in this process or a pool of ours, part by part on an executor)."""
     if not sp.dims:
         raise ConfigError("explore: every coordinate is pinned; nothing to search")
     outer = sp.dims[0]
-    parts = 1 if len(sp.dims) == 1 else min(outer.size, PARTS)
+    require_whole("explore: parts", parts, low=1, none=True)
+    parts = 1 if len(sp.dims) == 1 else min(_parts(sp, ties) if parts is None else parts, outer.size)
     edges = np.linspace(outer.lo, outer.hi + 1, parts + 1).round().astype(int).tolist()
     tasks = [(sp, lo, hi - 1, ties) for lo, hi in zip(edges, edges[1:], strict=False) if hi - 1 >= lo]
     processes = min(len(tasks), jobs if jobs is not None else (os.cpu_count() or 1))
