@@ -111,11 +111,14 @@ def result_of(future: Future[T]) -> T:
         return future.result(timeout=0)
 
 
-def gather(futures: Sequence[Future[T]]) -> list[T]:
-    """Every future's result, in order, once all are done; a Ctrl-C while waiting stops the waiting."""
+def gather(futures: Sequence[Future[T]], between: Callable[[], None] | None = None) -> list[T]:
+    """Every future's result, in order, once all are done; a Ctrl-C while waiting stops the waiting.
+    `between()` runs after each short wait (e.g. to read the workers' progress)."""
     pending: set[Future[T]] = set(futures)
     while pending:
         _, pending = wait_some(pending)
+        if between is not None:
+            between()
     return [result_of(f) for f in futures]
 
 

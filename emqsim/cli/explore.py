@@ -223,9 +223,9 @@ def cmd_explore(args: Any) -> int:
             f"about {ticks:.1e} timer steps per run, over {MAX_RUN_TICKS:.0e} (several CPU-seconds per run); "
             "shorten the fault lengths or --duration, or pass --yes"
         )
-    from emqsim.cli.work import clamp_jobs, usable_cores
+    from emqsim.cli.work import processes
 
-    jobs = (clamp_jobs(args.jobs) if not args.dask else args.jobs) or usable_cores()
+    jobs = processes(args)
     executor = client = None
     if args.dask:
         from emqsim.cli.work import dask_executor as _dask_executor

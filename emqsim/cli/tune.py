@@ -325,7 +325,7 @@ def tune_commands(
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from emqsim.cli.work import check_work, clamp_jobs, close_dask, dask_executor, usable_cores
+    from emqsim.cli.work import check_work, close_dask, dask_executor, processes
     from emqsim.plots import savefig
     from emqsim.plots.tune import figure
     from emqsim.stats import write_atomically
@@ -346,7 +346,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         f"this search (up to {runs:,} runs)",
         "--workers, --jobs-per-run, --horizon, --max-replications or the grids",
     )
-    jobs = (clamp_jobs(args.jobs) if not args.dask else args.jobs) or usable_cores()
+    jobs = processes(args)
     say = (lambda msg: print(msg, file=sys.stderr)) if not args.quiet else None
     executor = client = None
     if (

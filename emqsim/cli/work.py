@@ -74,6 +74,12 @@ def clamp_jobs(jobs: int | None) -> int | None:
     return jobs
 
 
+def processes(args: Any) -> int:
+    """The processes a pooled command runs: `--jobs` clamped to the usable cores (as given with `--dask`,
+    whose workers are elsewhere), or one per usable core without it."""
+    return (clamp_jobs(args.jobs) if not args.dask else args.jobs) or usable_cores()
+
+
 def policy_grid(
     args: argparse.Namespace, config_policy: ReclaimPolicy | None
 ) -> tuple[int, float | None, float]:

@@ -16,7 +16,7 @@ from emqsim.explore.report import _tie_text
 from emqsim.explore.results import Boundary, Counterexample, Exploration, TieDependence
 from emqsim.explore.search import _Search
 from emqsim.explore.space import Space
-from emqsim.pools import gather, owned_pool, result_of, submit_all, wait_some
+from emqsim.pools import gather, owned_pool, submit_all
 from emqsim.server import TieBreak
 
 # A big search cuts its outermost coordinate in PARTS parts, which processes can share; any other is one part.
@@ -95,15 +95,16 @@ def explore(
         results = [_chunk(t, tick) for t in tasks]
     else:
         counter = multiprocessing.Value("q", 0)
+        told = 0  # runs already passed on to `progress`
+
+        def tell() -> None:
+            nonlocal told
+            if progress is not None and counter.value > told:
+                progress(counter.value - told)
+                told = counter.value
+
         with owned_pool(processes, _count_runs_in, (counter,)) as pool:
-            futures = submit_all(pool, _chunk, tasks)
-            told, pending = 0, set(futures)
-            while pending:
-                _, pending = wait_some(pending)
-                if progress is not None and counter.value > told:
-                    progress(counter.value - told)
-                    told = counter.value
-            results = [result_of(f) for f in futures]
+            results = gather(submit_all(pool, _chunk, tasks), between=tell)
     agg = _Aggregate(sp)
     runs = 0
     tie_findings = []
