@@ -146,6 +146,33 @@ def test_the_students_code_reaches_only_public_methods_of_the_graders_queue():
     channel.close()
 
 
+def test_a_types_methods_cross_once_and_its_later_objects_still_have_them():
+    """A policy's every step hands over its queue: the queue's (and its store's and keys') public methods go
+    with the first handle of each type, later handles name the type by number, and the student's side still
+    calls those methods (and reads the attributes that change, sent afresh each time)."""
+    from emqsim.keys import QueueKeys
+    from emqsim.protocol import Queue
+    from emqsim.store.keystore import KeyStore
+
+    def probe(queue):
+        return [queue.take("t", 0, lock_ms=None), queue.store.commands_executed, sorted(queue.active_jobs())]
+
+    channel, _ = _pair({"probe": probe})
+    first, second = (Queue(KeyStore(lambda: 0), QueueKeys(name)) for name in ("a", "b"))
+    handles = [channel.encode(first), channel.encode(second), channel.encode(first)]
+    assert "methods" in handles[0] and "methods" in handles[0]["attrs"]["store"]
+    assert all("methods" not in h and "methods" not in h["attrs"]["store"] for h in handles[1:])
+    assert handles[0]["tid"] == handles[1]["tid"] == handles[2]["tid"]
+    assert handles[0]["$tobj"] == handles[2]["$tobj"] != handles[1]["$tobj"]
+    second.add("7")
+    sent = second.store.commands_executed  # as the handle carries it: read when the call is made
+    got = channel.lookup("probe")(second)
+    assert got[0] == "7" and got[2] == ["7"] and got[1] == sent > 0
+    first.add("3")
+    assert channel.lookup("probe")(first)[0] == "3"
+    channel.close()
+
+
 def test_checks_run_here_with_the_graders_student_id(monkeypatch):
     monkeypatch.setenv("EMQSIM_STUDENT_ID", "mallory")
     channel, _ = _pair({"x": 1})

@@ -71,7 +71,8 @@ class Channel:
         self.next_id = 0
         self.broken: str | None = None
         self.calls = 0
-        self._methods: dict[type, list[str]] = {}  # public methods of each exported type, listed once
+        # a number for each exported type: its public methods are listed and sent once, the agent keeps them
+        self._type_ids: dict[type, int] = {}
 
     # -- the loop ---------------------------------------------------------------------------------------------
     def request(self, op: str, **fields: Any) -> Any:
@@ -307,15 +308,18 @@ class Channel:
         if not _exportable(value):
             raise WireError(f"cannot hand a {type(value).__name__} to the student's code")
         kind = type(value)
-        methods = self._methods.get(kind)
-        if methods is None:  # a policy's every step hands over its queue: list each type's methods once
-            methods = self._methods[kind] = sorted(
+        handle: dict[str, Any] = {"$tobj": self._register(value), "type": kind.__name__}
+        type_id = self._type_ids.get(kind)
+        if type_id is None:  # a policy's every step hands over its queue: its type's methods go once
+            self._type_ids[kind] = type_id = len(self._type_ids) + 1
+            handle["methods"] = sorted(
                 name
                 for name in dir(kind)
                 if not name.startswith("_")
                 and callable(getattr(kind, name, None))
                 and not isinstance(getattr(kind, name, None), type)
             )
+        handle["tid"] = type_id
         attrs: dict[str, Any] = {}
         if type(value).__module__ != "__checks__" and depth < 2:
             for key, member in list(vars(value).items()) if hasattr(value, "__dict__") else []:
@@ -325,12 +329,8 @@ class Channel:
                     attrs[key] = member
                 elif _exportable(member):
                     attrs[key] = self._export(member, depth + 1)
-        return {
-            "$tobj": self._register(value),
-            "type": kind.__name__,
-            "methods": list(methods),
-            "attrs": attrs,
-        }
+        handle["attrs"] = attrs
+        return handle
 
     def _register(self, value: Any) -> int:
         key = id(value)
