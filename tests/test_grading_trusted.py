@@ -146,10 +146,12 @@ def test_the_students_code_reaches_only_public_methods_of_the_graders_queue():
     channel.close()
 
 
-def test_a_types_methods_cross_once_and_its_later_objects_still_have_them():
+def test_a_types_methods_cross_once_and_its_later_objects_still_have_them(monkeypatch):
     """A policy's every step hands over its queue: the queue's (and its store's and keys') public methods go
     with the first handle of each type, later handles name the type by number, and the student's side still
-    calls those methods (and reads the attributes that change, sent afresh each time)."""
+    calls those methods directly (no attribute lookup first) and reads the attributes that change, sent
+    afresh with each handle."""
+    import emqsim.grading.trusted as trusted
     from emqsim.keys import QueueKeys
     from emqsim.protocol import Queue
     from emqsim.store.keystore import KeyStore
@@ -157,19 +159,29 @@ def test_a_types_methods_cross_once_and_its_later_objects_still_have_them():
     def probe(queue):
         return [queue.take("t", 0, lock_ms=None), queue.store.commands_executed, sorted(queue.active_jobs())]
 
+    sent: list[dict] = []
+    real_send = trusted.send
+    monkeypatch.setattr(
+        trusted, "send", lambda sock, message: sent.append(message) or real_send(sock, message)
+    )
     channel, _ = _pair({"probe": probe})
+    served: list[tuple] = []
+    real_perform = channel._perform
+    monkeypatch.setattr(
+        channel, "_perform", lambda m: served.append((m.get("op"), m.get("name"))) or real_perform(m)
+    )
+    function = channel.lookup("probe")
     first, second = (Queue(KeyStore(lambda: 0), QueueKeys(name)) for name in ("a", "b"))
-    handles = [channel.encode(first), channel.encode(second), channel.encode(first)]
-    assert "methods" in handles[0] and "methods" in handles[0]["attrs"]["store"]
+    for queue, job, active in ((first, "1", ["1"]), (second, "2", ["2"]), (first, "3", ["1", "3"])):
+        queue.add(job)
+        count = queue.store.commands_executed  # as the handle carries it: read when the call is made
+        assert function(queue) == [job, count, active]
+    handles = [m["args"][0] for m in sent if m.get("op") == "call"]
+    assert len(handles) == 3 and "methods" in handles[0] and "methods" in handles[0]["attrs"]["store"]
     assert all("methods" not in h and "methods" not in h["attrs"]["store"] for h in handles[1:])
     assert handles[0]["tid"] == handles[1]["tid"] == handles[2]["tid"]
     assert handles[0]["$tobj"] == handles[2]["$tobj"] != handles[1]["$tobj"]
-    second.add("7")
-    sent = second.store.commands_executed  # as the handle carries it: read when the call is made
-    got = channel.lookup("probe")(second)
-    assert got[0] == "7" and got[2] == ["7"] and got[1] == sent > 0
-    first.add("3")
-    assert channel.lookup("probe")(first)[0] == "3"
+    assert served == [("method", "take"), ("method", "active_jobs")] * 3
     channel.close()
 
 
