@@ -299,27 +299,35 @@ class Detector(ReclaimPolicy):
         reclaimed: list[str] = []
         failed: list[str] = []
         for job in queue.active_jobs():
-            started = time.monotonic()
-            verdict = watchdog.call(
-                self.suspect, job, now, self.answer_within, started
-            )  # stops a blocked call
-            took = time.monotonic() - started
-            if took > self.answer_within:
-                raise watchdog.DetectorBlocked(
-                    f"{type(self).__qualname__}.suspect({job!r}, {now}) took {took:.1f} s of real time; a "
-                    f"detector must answer within {self.answer_within:g} s (answer_within): does it wait or "
-                    "sleep?"
-                )
-            if not isinstance(verdict, bool | np.bool_):
-                raise TypeError(
-                    f"{type(self).__qualname__}.suspect({job!r}, {now}) returned {verdict!r}; "
-                    "it must return True or False"
-                )
-            if verdict:
+            if self._suspected(job, now):
                 result = queue.reclaim(job, self.max_stalled)
                 if result is not None:
                     (reclaimed if result == "reclaimed" else failed).append(job)
         return SweepReply(False, tuple(reclaimed), tuple(failed))
+
+    def _suspected(self, job: str, now: float) -> bool:
+        """`suspect(job, now)`, stopped if it runs longer than `answer_within` real seconds, and checked to be
+        a bool answered in time."""
+        started = time.monotonic()
+        verdict = self._ask_suspect(job, now, started)
+        took = time.monotonic() - started
+        if took > self.answer_within:
+            raise watchdog.DetectorBlocked(
+                f"{type(self).__qualname__}.suspect({job!r}, {now}) took {took:.1f} s of real time; a "
+                f"detector must answer within {self.answer_within:g} s (answer_within): does it wait or "
+                "sleep?"
+            )
+        if not isinstance(verdict, bool | np.bool_):
+            raise TypeError(
+                f"{type(self).__qualname__}.suspect({job!r}, {now}) returned {verdict!r}; "
+                "it must return True or False"
+            )
+        return bool(verdict)
+
+    def _ask_suspect(self, job: str, now: float, started: float) -> Any:
+        """The call itself, under the watchdog. (The grader's stand-in for a student's detector asks the
+        student's kernel instead, within the same limit: emqsim.grading.trusted.)"""
+        return watchdog.call(self.suspect, job, now, self.answer_within, started)
 
     def params(self) -> dict[str, Any]:
         """Every public number, string or flag set on the detector (its parameters, not its state)."""

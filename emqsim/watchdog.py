@@ -79,13 +79,18 @@ def call(suspect: Callable[[str, float], Any], job: str, now: float, limit: floa
         return suspect(job, now)
     except Blocked:
         _calls.pop(ident, None)
-        name = getattr(suspect, "__qualname__", repr(suspect))
-        raise DetectorBlocked(
-            f"{name}({job!r}, {now}) was stopped after {limit:g} s of real time without an answer; a detector "
-            f"must answer within {limit:g} s (answer_within): does it wait, sleep or loop forever?"
-        ) from None
+        raise stopped(getattr(suspect, "__qualname__", repr(suspect)), job, now, limit) from None
     finally:
         _calls.pop(ident, None)
+
+
+def stopped(name: str, job: str, now: float, limit: float) -> DetectorBlocked:
+    """The error of a `suspect()` call (`name`: its qualified name) stopped at its limit: here, or in a
+    student's kernel by the grader (emqsim.grading.trusted)."""
+    return DetectorBlocked(
+        f"{name}({job!r}, {now}) was stopped after {limit:g} s of real time without an answer; a detector "
+        f"must answer within {limit:g} s (answer_within): does it wait, sleep or loop forever?"
+    )
 
 
 def _start() -> None:

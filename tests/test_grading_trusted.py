@@ -4,23 +4,27 @@ grader's objects, and the static own-work check that reads the answer cells."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from emqsim import LeasePolicy, TimeoutPolicy
+from emqsim import Detector, LeasePolicy, TimeoutPolicy, simulate, standard
 from emqsim.grading import folder_student, sandbox_env, student_id, student_seed, written_in_notebook
 from emqsim.grading.agent import Agent
 from emqsim.grading.checks import run_trusted_checks, trusted_context
 from emqsim.grading.trusted import Channel, RemoteError, RemoteFunction, RemotePolicy
 from emqsim.grading.wire import MAX_INT_BITS, WireError, check_shape
 from emqsim.protocol import SweepReply
+from emqsim.watchdog import DetectorBlocked
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -183,6 +187,145 @@ def test_a_types_methods_cross_once_and_its_later_objects_still_have_them(monkey
     assert handles[0]["$tobj"] == handles[2]["$tobj"] != handles[1]["$tobj"]
     assert served == [("method", "take"), ("method", "active_jobs")] * 3
     channel.close()
+
+
+class LearningDetector(Detector):
+    """A student's detector of the usual shape: it keeps each job's heartbeat gaps and suspects a silence much
+    longer than the recent ones."""
+
+    def __init__(self, beat=10.0, scan=5.0):
+        super().__init__(beat=beat, scan=scan, max_stalled=1)
+        self.last: dict[str, float] = {}
+        self.gaps: dict[str, list[float]] = {}
+
+    def taken(self, job, now):
+        self.last[job] = now
+
+    def heartbeat(self, job, now):
+        self.gaps.setdefault(job, []).append(now - self.last.get(job, now))
+        self.last[job] = now
+
+    def suspect(self, job, now):
+        return now - self.last.get(job, now) > 2.5 * max([*self.gaps.get(job, [])[-5:], 10.0])
+
+
+class SweepingItself(LearningDetector):
+    """One that writes its own sweep (the library's, called back): that step is the student's to run."""
+
+    def sweep(self, queue, now_ms):
+        return super().sweep(queue, now_ms)
+
+
+class Vague(LearningDetector):
+    def suspect(self, job, now):
+        return 1  # not a bool
+
+
+class Sleepy(LearningDetector):
+    answer_within = 0.5
+
+    def suspect(self, job, now):
+        time.sleep(30)
+        return False
+
+
+def _same_runs(first, second):
+    return (first.attempts, first.lock_events, first.sweeps) == (
+        second.attempts,
+        second.lock_events,
+        second.sweeps,
+    )
+
+
+def test_a_students_detector_runs_the_librarys_steps_here_and_is_asked_only_its_own(monkeypatch):
+    """The engine steps a student's Detector leaves to the library run in the grader, on its own queue, and ask
+    the student's object only `taken`, `heartbeat` and `suspect` (one round trip each, no call-backs); a step
+    the student wrote still runs in the kernel. Either way the runs are those of the detector in one process,
+    record for record."""
+    import emqsim.grading.trusted as trusted
+
+    sent: list[dict] = []
+    real_send = trusted.send
+    monkeypatch.setattr(
+        trusted, "send", lambda sock, message: sent.append(message) or real_send(sock, message)
+    )
+    channel, _ = _pair({"LearningDetector": LearningDetector, "SweepingItself": SweepingItself})
+    served: list[tuple] = []
+    real_perform = channel._perform
+    monkeypatch.setattr(
+        channel, "_perform", lambda m: served.append((m.get("op"), m.get("name"))) or real_perform(m)
+    )
+    worlds = [
+        standard("slow-alive", duration=900.0, workers=2),
+        standard("fast-dead", die_after=1.0, duration=60.0, workers=2),
+        standard("frozen", freeze_for=70.0, freeze_after=5.0, duration=40.0, workers=2),
+    ]
+    for name, local in (("LearningDetector", LearningDetector), ("SweepingItself", SweepingItself)):
+        remote = channel.lookup(name)
+        sent.clear()
+        served.clear()
+        for world in worlds:
+            for replication in range(2):
+                assert _same_runs(
+                    simulate(world, remote(), seed=7, replication=replication),
+                    simulate(world, local(), seed=7, replication=replication),
+                ), (name, world.name, replication)
+        asked = {m["name"] for m in sent if m.get("op") == "method"}
+        if name == "LearningDetector":  # (settings: once a run, for its provenance)
+            assert asked == {"taken", "heartbeat", "suspect", "settings"} and served == []
+        else:  # its own sweep asks suspect in the kernel, and calls the queue back
+            assert (
+                asked == {"taken", "heartbeat", "sweep", "settings"} and ("method", "active_jobs") in served
+            )
+    channel.close()
+
+
+def test_a_students_suspect_is_checked_as_in_one_process():
+    channel, _ = _pair({"Vague": Vague})
+    world = standard("fast-dead", die_after=1.0, duration=60.0, workers=2)
+    with pytest.raises(TypeError) as local:
+        simulate(world, Vague(), seed=1)
+    with pytest.raises(TypeError) as remote:
+        simulate(world, channel.lookup("Vague")(), seed=1)
+    assert str(remote.value) == str(local.value) and "returned 1; it must return True or False" in str(
+        local.value
+    )
+    channel.close()
+
+
+def test_a_detector_that_outlasts_answer_within_stops_the_run_as_in_one_process():
+    """The library's sweep run in the grader asks the student's `suspect` in the kernel within the detector's
+    `answer_within`: a call that sleeps is interrupted there, and the run stops with the message the detector
+    gives in one process; the connection stays usable for the next question."""
+    ours, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:  # the kernel's part, in a process that SIGINT interrupts as it does a kernel
+        ours.close()
+        try:
+            Agent(theirs, {"Sleepy": Sleepy, "n": 3}).loop()
+        finally:
+            os._exit(0)
+    theirs.close()
+
+    def interrupt() -> bool:
+        os.kill(pid, signal.SIGINT)
+        return True
+
+    channel = Channel(ours, call_timeout=20, interrupt=interrupt)
+    try:
+        world = standard("fast-dead", die_after=1.0, duration=60.0, workers=2)
+        with pytest.raises(DetectorBlocked) as local:
+            simulate(world, Sleepy(), seed=1)
+        started = time.monotonic()
+        with pytest.raises(DetectorBlocked) as remote:
+            simulate(world, channel.lookup("Sleepy")(), seed=1)
+        assert time.monotonic() - started < 10
+        assert str(remote.value) == str(local.value)
+        assert "was stopped after 0.5 s" in str(remote.value)
+        assert channel.lookup("n") == 3 and not channel.broken
+    finally:
+        channel.close()
+        os.waitpid(pid, 0)
 
 
 def test_checks_run_here_with_the_graders_student_id(monkeypatch):

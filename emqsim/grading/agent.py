@@ -209,6 +209,14 @@ class Agent:
             if name not in ("__len__", "__bool__", "__getitem__", "__contains__", "__iter__"):
                 raise AttributeError(name)
             result = list(iter(target))[:MAX_SEQUENCE] if name == "__iter__" else getattr(target, name)(*args)
+        elif op == "own_steps":  # which of a Detector's engine steps the object's class writes itself
+            from emqsim.policies import Detector
+
+            return [
+                n
+                for n in message["names"]
+                if getattr(type(target), n, None) is not getattr(Detector, n, None)
+            ]
         elif op == "isinstance_of":
             return isinstance(target, type) and issubclass(target, tuple(args))
         else:

@@ -7,7 +7,9 @@ result dataclasses rebuilt from their fields), or proxies for what stayed on the
 * `RemoteFunction` / `RemoteObject`: every call goes to the student's process; the reply is plain data again;
 * a remote class becomes a local class; a policy class (a subclass of `ReclaimPolicy`) becomes a subclass of
   `RemotePolicy` (and of the emqsim policy classes it claims), so the simulator runs HERE, and each
-  `take` / `renew` / `finish` / `sweep` / `suspect` is forwarded, its reply checked (type, bounds, time).
+  `take` / `renew` / `finish` / `sweep` / `suspect` is forwarded, its reply checked (type, bounds, time); a
+  `Detector`'s steps that the student did not write are the library's and run here too, asking the student's
+  object only `taken` / `heartbeat` / `suspect`.
 
 The student's code may call back the grader's objects it was handed (the queue, its store and keys, a checks'
 own test double), public methods and attributes only, and nothing that is a module, a class or a function.
@@ -16,18 +18,26 @@ own test double), public methods and attributes only, and nothing that is a modu
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import importlib
-import math
 import socket
 import time
 from collections.abc import Callable, Iterator
 from fractions import Fraction
 from typing import Any
 
+from emqsim import watchdog
+from emqsim.grading.values import (
+    as_dict,
+    as_list,
+    as_ref,
+    exportable,
+    library_policy,
+    plain,
+    short,
+)
 from emqsim.grading.wire import WireError, receive, send
-from emqsim.policies import ReclaimPolicy, RenewalRule
+from emqsim.policies import Detector, ReclaimPolicy, RenewalRule
 from emqsim.protocol import FinishReply, SweepReply
 
 CALL_TIMEOUT = 60.0  # seconds one call into the student's code may take
@@ -75,14 +85,16 @@ class Channel:
         self._type_ids: dict[type, int] = {}
 
     # -- the loop ---------------------------------------------------------------------------------------------
-    def request(self, op: str, **fields: Any) -> Any:
-        """Send one request and wait for its reply, serving the student's call-backs meanwhile."""
+    def request(self, op: str, *, within: float | None = None, **fields: Any) -> Any:
+        """Send one request and wait for its reply, serving the student's call-backs meanwhile: at most
+        `within` seconds if given and shorter than the channel's own limit."""
         if self.broken:
             raise RemoteError(self.broken)
         self.next_id += 1
         ident = self.next_id
         self.calls += 1
-        limit = time.monotonic() + self.call_timeout
+        seconds = self.call_timeout if within is None else min(within, self.call_timeout)
+        limit = time.monotonic() + seconds
         if self.deadline is not None:
             limit = min(limit, self.deadline)
         try:
@@ -97,11 +109,11 @@ class Channel:
                     if message["re"] != ident:
                         raise WireError("a reply to a request that was not asked")
                     if "error" in message:
-                        raise RemoteError(_short(str(message["error"])))
+                        raise RemoteError(short(str(message["error"])))
                     return self.decode(message.get("value"))
                 self._serve(message)
         except TimeoutError:
-            why = f"the student's code did not answer within {self.call_timeout:g} s"
+            why = f"the student's code did not answer within {seconds:g} s"
             if self._recover(ident):
                 raise RemoteError(why) from None
             self.broken = why
@@ -140,9 +152,9 @@ class Channel:
             value = self._perform(message)
             send(self.sock, {"re": ident, "value": value})
         except (RemoteError, WireError, LookupError, TypeError, ValueError, AttributeError) as exc:
-            send(self.sock, {"re": ident, "error": _short(f"{type(exc).__name__}: {exc}")})
+            send(self.sock, {"re": ident, "error": short(f"{type(exc).__name__}: {exc}")})
         except Exception as exc:  # the grader's own object raised (say, a store refusing a command)
-            send(self.sock, {"re": ident, "error": _short(f"{type(exc).__name__}: {exc}")})
+            send(self.sock, {"re": ident, "error": short(f"{type(exc).__name__}: {exc}")})
 
     def _perform(self, message: dict[str, Any]) -> Any:
         op = message.get("op")
@@ -157,16 +169,16 @@ class Channel:
             value = getattr(target, name)
             if op == "getattr":
                 return self.encode(value)
-            args = [self.decode(a) for a in _as_list(message.get("args", []))]
-            kwargs = {str(k): self.decode(v) for k, v in _as_dict(message.get("kwargs", {})).items()}
+            args = [self.decode(a) for a in as_list(message.get("args", []))]
+            kwargs = {str(k): self.decode(v) for k, v in as_dict(message.get("kwargs", {})).items()}
             if not callable(value) or isinstance(value, type) or not hasattr(value, "__self__"):
                 raise TypeError(f"{name!r} is not a method")
             return self.encode(value(*args, **kwargs))
         if op == "call":
             if not (callable(target) and hasattr(target, "__self__")):
                 raise TypeError("not callable")
-            args = [self.decode(a) for a in _as_list(message.get("args", []))]
-            kwargs = {str(k): self.decode(v) for k, v in _as_dict(message.get("kwargs", {})).items()}
+            args = [self.decode(a) for a in as_list(message.get("args", []))]
+            kwargs = {str(k): self.decode(v) for k, v in as_dict(message.get("kwargs", {})).items()}
             return self.encode(target(*args, **kwargs))
         raise ValueError(f"unknown request {op!r}")
 
@@ -186,10 +198,10 @@ class Channel:
         if not isinstance(value, dict) or len(value) < 1:
             raise WireError("not a value")
         if "$t" in value:
-            return tuple(self.decode(v) for v in _as_list(value["$t"]))
+            return tuple(self.decode(v) for v in as_list(value["$t"]))
         if "$d" in value:
             out = {}
-            for pair in _as_list(value["$d"]):
+            for pair in as_list(value["$d"]):
                 if not (isinstance(pair, list) and len(pair) == 2):
                     raise WireError("a dict entry must be a pair")
                 key = self.decode(pair[0])
@@ -200,30 +212,30 @@ class Channel:
                 out[key] = self.decode(pair[1])
             return out
         if "$set" in value:
-            items = [self.decode(v) for v in _as_list(value["$set"])]
+            items = [self.decode(v) for v in as_list(value["$set"])]
             try:
                 return set(items)
             except TypeError:
                 raise WireError("a set of unhashable values") from None
         if "$frac" in value:
-            parts = _as_list(value["$frac"])
+            parts = as_list(value["$frac"])
             if len(parts) != 2 or any(type(p) is not int for p in parts) or parts[1] == 0:
                 raise WireError("a fraction must be two ints, the second not 0")
             return Fraction(parts[0], parts[1])
         if "$dc" in value:
             return self._dataclass(value)
         if "$pol" in value:
-            return _library_policy(value.get("$pol"), self.decode(value.get("state")))
+            return library_policy(value.get("$pol"), self.decode(value.get("state")))
         if "$cls" in value:
             return remote_class(
-                self, _ref(value["$cls"]), str(value.get("name", "Remote")), value.get("bases", [])
+                self, as_ref(value["$cls"]), str(value.get("name", "Remote")), value.get("bases", [])
             )
         if "$fn" in value:
-            return RemoteFunction(self, _ref(value["$fn"]), str(value.get("name", "function")))
+            return RemoteFunction(self, as_ref(value["$fn"]), str(value.get("name", "function")))
         if "$obj" in value:
             if value.get("policy") is True:
-                return _bind_policy(RemotePolicy, self, _ref(value["$obj"]))
-            return RemoteObject(self, _ref(value["$obj"]), str(value.get("type", "object")))
+                return _bind_policy(RemotePolicy, self, as_ref(value["$obj"]))
+            return RemoteObject(self, as_ref(value["$obj"]), str(value.get("type", "object")))
         raise WireError(f"unknown value {sorted(value)[:2]}")
 
     def _dataclass(self, value: dict[str, Any]) -> Any:
@@ -242,7 +254,7 @@ class Channel:
             raise WireError(f"{where} is not one of emqsim's result types") from None
         if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
             raise WireError(f"{where} is not one of emqsim's result types")
-        fields = _as_dict(value.get("f", {}))
+        fields = as_dict(value.get("f", {}))
         known = {f.name for f in dataclasses.fields(cls) if f.init}
         if set(fields) - known:
             raise WireError(f"{where}: unknown fields {sorted(set(fields) - known)[:3]}")
@@ -264,7 +276,7 @@ class Channel:
         if isinstance(value, RemotePolicy):
             return {"$ref": value._ref}
         if isinstance(value, bool | int | float | str):
-            return _plain(value)
+            return plain(value)
         if isinstance(value, Fraction):
             return {"$frac": [value.numerator, value.denominator]}
         if isinstance(value, tuple) and not hasattr(value, "_fields"):
@@ -303,9 +315,9 @@ class Channel:
         with the handle: each read of them would otherwise be a round trip."""
         owner = getattr(value, "__self__", None)
         public = not str(getattr(value, "__name__", "_")).startswith("_")
-        if owner is not None and callable(value) and public and _exportable(owner):
+        if owner is not None and callable(value) and public and exportable(owner):
             return {"$tfn": self._register(value)}
-        if not _exportable(value):
+        if not exportable(value):
             raise WireError(f"cannot hand a {type(value).__name__} to the student's code")
         kind = type(value)
         handle: dict[str, Any] = {"$tobj": self._register(value), "type": kind.__name__}
@@ -327,7 +339,7 @@ class Channel:
                     continue
                 if member is None or type(member) in (bool, int, float, str):
                     attrs[key] = member
-                elif _exportable(member):
+                elif exportable(member):
                     attrs[key] = self._export(member, depth + 1)
         handle["attrs"] = attrs
         return handle
@@ -347,81 +359,6 @@ class Channel:
         return self.request("lookup", name=name)
 
 
-def _library_policy(kind: Any, state: Any) -> ReclaimPolicy:
-    """A LeasePolicy or TimeoutPolicy rebuilt from its settings, each of the type (and range) the library's
-    own default has."""
-    from emqsim.policies import LeasePolicy, TimeoutPolicy
-
-    classes: dict[str, type[ReclaimPolicy]] = {"LeasePolicy": LeasePolicy, "TimeoutPolicy": TimeoutPolicy}
-    if kind not in classes or not isinstance(state, dict):
-        raise WireError("not a library policy")
-    cls = classes[kind]
-    fresh = vars(LeasePolicy() if cls is LeasePolicy else TimeoutPolicy(60.0))
-    if set(state) - set(fresh):
-        raise WireError(f"{kind}: unknown settings {sorted(set(state) - set(fresh))[:3]}")
-    for key, value in state.items():
-        default = fresh[key]
-        if value is None and key in ("renewal", "max_stalled"):
-            continue
-        wanted = type(default) if default is not None else (RenewalRule if key == "renewal" else int)
-        if type(value) is not wanted:
-            raise WireError(f"{kind}.{key} must be a {wanted.__name__}")
-        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= 10**12:
-            raise WireError(f"{kind}.{key} is out of range")
-    if state.get("swept_by", "reaper") not in ("reaper", "workers"):
-        raise WireError(f"{kind}.swept_by must be reaper or workers")
-    made: ReclaimPolicy = object.__new__(cls)
-    made.__dict__.update(fresh)
-    made.__dict__.update(state)
-    return made
-
-
-# The grader's objects a student's code may be handed (a policy's `queue`, its store and keys), and the
-# checks' own test doubles. Nothing else: not the server, the engine or the ledger behind them.
-EXPORTABLE = frozenset({"emqsim.protocol.Queue", "emqsim.store.keystore.KeyStore", "emqsim.keys.QueueKeys"})
-
-
-def _exportable(value: Any) -> bool:
-    import types
-
-    if isinstance(value, type | types.ModuleType | types.FunctionType | types.BuiltinFunctionType):
-        return False
-    kind = type(value)
-    module = getattr(kind, "__module__", "") or ""
-    return module == "__checks__" or f"{module}.{kind.__qualname__}" in EXPORTABLE
-
-
-def _plain(value: Any) -> Any:
-    for kind in (bool, int, float, str):
-        if isinstance(value, kind):
-            return kind(value)
-    return value
-
-
-def _ref(value: Any) -> int:
-    if type(value) is not int:
-        raise WireError("a handle must be an int")
-    return value
-
-
-def _as_list(value: Any) -> list[Any]:
-    if not isinstance(value, list):
-        raise WireError("expected a list")
-    return value
-
-
-def _as_dict(value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise WireError("expected an object")
-    return value
-
-
-def _short(text: str, limit: int = 300) -> str:
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    return first if len(first) <= limit else first[: limit - 3] + "..."
-
-
-# -- proxies --------------------------------------------------------------------------------------------------
 class Remote:
     """Something that stays in the student's process."""
 
@@ -507,6 +444,8 @@ class RemoteClassBase:
         )
 
 
+# A Detector's engine steps; those the student's class does not write run in the grader (_library_steps)
+_DETECTOR_STEPS = ("take", "renew", "finish", "sweep")
 _POLICY_ATTRS = (
     "name",
     "renewal",
@@ -569,6 +508,28 @@ class RemotePolicy(ReclaimPolicy):
         if type(drain) is not int or not 0 <= drain <= 10**9:
             raise RemoteError("drain_delay_ms must be a whole number of ms")
         object.__setattr__(self, "drain_delay_ms", drain)
+        object.__setattr__(self, "_local_steps", self._library_steps(channel, ref))
+
+    def _library_steps(self, channel: Channel, ref: int) -> frozenset[str]:
+        """The engine steps of a student's `Detector` that are the library's own (the student wrote `suspect`
+        and perhaps `taken` and `heartbeat`): they run here, on the grader's queue, and ask the student's
+        object only those three, one round trip each, where forwarding a step costs a round trip and as many
+        call-backs to the queue. What the kernel says is not trusted and need not be: a step run here is the
+        library's, which the student could have had by not writing one."""
+        if not isinstance(self, Detector):
+            return frozenset()
+        own = channel.request("own_steps", ref=ref, names=list(_DETECTOR_STEPS))
+        got = channel.request("attrs", ref=ref, names=["answer_within", "max_stalled"])
+        if not isinstance(own, list) or not isinstance(got, dict):
+            return frozenset()
+        within, stalled = got.get("answer_within"), got.get("max_stalled")
+        if isinstance(within, bool) or not isinstance(within, int | float) or not 0 < within <= CALL_TIMEOUT:
+            return frozenset()  # the kernel's own Detector enforces it
+        if stalled is not None and (type(stalled) is not int or not 0 <= stalled <= 10**9):
+            raise RemoteError("max_stalled must be a whole number or None")
+        object.__setattr__(self, "answer_within", float(within))
+        object.__setattr__(self, "max_stalled", stalled)
+        return frozenset(_DETECTOR_STEPS) - {name for name in own if isinstance(name, str)}
 
     @property
     def sweep_refused(self) -> Any:  # the engine's shortcut reads the policy's own state: not for remote ones
@@ -595,12 +556,16 @@ class RemotePolicy(ReclaimPolicy):
         )
 
     def take(self, queue: Any, token: str, now_ms: int) -> str | None:
+        if "take" in self._local_steps:
+            return Detector.take(self, queue, token, now_ms)  # type: ignore[arg-type]
         got = self._method("take", queue, token, now_ms)
         if got is not None and (type(got) is not str or len(got) > 200):
             raise RemoteError(f"take must return a job id (str) or None, got {type(got).__name__}")
         return got
 
     def renew(self, queue: Any, held: list[tuple[str, str]], now_ms: int) -> list[str]:
+        if "renew" in self._local_steps:
+            return Detector.renew(self, queue, held, now_ms)  # type: ignore[arg-type]
         got = self._method("renew", queue, list(held), now_ms)
         if isinstance(got, tuple):
             got = list(got)
@@ -609,16 +574,41 @@ class RemotePolicy(ReclaimPolicy):
         return got
 
     def finish(self, queue: Any, job_id: str, token: str, now_ms: int) -> FinishReply:
+        if "finish" in self._local_steps:
+            return Detector.finish(self, queue, job_id, token, now_ms)  # type: ignore[arg-type]
         got = self._method("finish", queue, job_id, token, now_ms)
         if not isinstance(got, FinishReply):
             raise RemoteError("finish must return the FinishReply of queue.finish(...)")
         return got
 
     def sweep(self, queue: Any, now_ms: int) -> SweepReply:
+        if "sweep" in self._local_steps:
+            return Detector.sweep(self, queue, now_ms)  # type: ignore[arg-type]
         got = self._method("sweep", queue, now_ms)
         if not isinstance(got, SweepReply):
             raise RemoteError("sweep must return a SweepReply")
         return got
+
+    def taken(self, job: str, now: float) -> None:
+        self._method("taken", job, now)
+
+    def heartbeat(self, job: str, now: float) -> None:
+        self._method("heartbeat", job, now)
+
+    def _ask_suspect(self, job: str, now: float, started: float) -> Any:
+        """The student's `suspect(job, now)` for the library's sweep run here: asked in the kernel, which is
+        interrupted (and the run stopped) at the detector's `answer_within`, as `Detector`'s own watchdog
+        does in one process; `Detector` checks the answer."""
+        channel = type(self)._channel
+        try:
+            return channel.request(
+                "method", within=self.answer_within, ref=self._ref, name="suspect", args=[job, now], kwargs={}
+            )
+        except RemoteError:
+            if time.monotonic() - started >= self.answer_within:  # interrupted in the kernel at the limit
+                name = f"{type(self).__qualname__}.suspect"
+                raise watchdog.stopped(name, job, now, self.answer_within) from None
+            raise
 
     def suspect(self, job_id: str, now_ms: float) -> bool:
         got = self._method("suspect", job_id, now_ms)
@@ -688,7 +678,3 @@ def remote_class(channel: Channel, ref: int, name: str, bases: Any) -> type:
     return type(
         name, (RemoteClassBase,), {"_channel": channel, "_remote_ref": ref, "__module__": "__student__"}
     )
-
-
-def _unused() -> None:  # keep imports used by type checkers quiet
-    _ = (copy, math)
