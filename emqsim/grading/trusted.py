@@ -446,6 +446,7 @@ class RemoteClassBase:
 
 # A Detector's engine steps; those the student's class does not write run in the grader (_library_steps)
 _DETECTOR_STEPS = ("take", "renew", "finish", "sweep")
+_DETECTOR_ATTRS = ("answer_within", "max_stalled")  # what those steps read of the detector
 _POLICY_ATTRS = (
     "name",
     "renewal",
@@ -484,7 +485,9 @@ class RemotePolicy(ReclaimPolicy):
         bases."""
         channel = type(self)._channel
         object.__setattr__(self, "_ref", ref)
-        got = channel.request("attrs", ref=ref, names=list(_POLICY_ATTRS))
+        detector = isinstance(self, Detector)
+        names = [*_POLICY_ATTRS, *(_DETECTOR_ATTRS if detector else ())]
+        got = channel.request("attrs", ref=ref, names=names)
         if not isinstance(got, dict):
             raise RemoteError("the policy's settings are not readable")
         name = got.get("name")
@@ -508,19 +511,18 @@ class RemotePolicy(ReclaimPolicy):
         if type(drain) is not int or not 0 <= drain <= 10**9:
             raise RemoteError("drain_delay_ms must be a whole number of ms")
         object.__setattr__(self, "drain_delay_ms", drain)
-        object.__setattr__(self, "_local_steps", self._library_steps(channel, ref))
+        steps = self._library_steps(channel, ref, got) if detector else frozenset()
+        object.__setattr__(self, "_local_steps", steps)
 
-    def _library_steps(self, channel: Channel, ref: int) -> frozenset[str]:
+    def _library_steps(self, channel: Channel, ref: int, got: dict[str, Any]) -> frozenset[str]:
         """The engine steps of a student's `Detector` that are the library's own (the student wrote `suspect`
         and perhaps `taken` and `heartbeat`): they run here, on the grader's queue, and ask the student's
         object only those three, one round trip each, where forwarding a step costs a round trip and as many
         call-backs to the queue. What the kernel says is not trusted and need not be: a step run here is the
-        library's, which the student could have had by not writing one."""
-        if not isinstance(self, Detector):
-            return frozenset()
+        library's, which the student could have had by not writing one. `got`: the detector's settings, read
+        with the others (`_DETECTOR_ATTRS`)."""
         own = channel.request("own_steps", ref=ref, names=list(_DETECTOR_STEPS))
-        got = channel.request("attrs", ref=ref, names=["answer_within", "max_stalled"])
-        if not isinstance(own, list) or not isinstance(got, dict):
+        if not isinstance(own, list):
             return frozenset()
         within, stalled = got.get("answer_within"), got.get("max_stalled")
         if isinstance(within, bool) or not isinstance(within, int | float) or not 0 < within <= CALL_TIMEOUT:
@@ -549,10 +551,15 @@ class RemotePolicy(ReclaimPolicy):
     def _method_raw(self, op: str) -> Any:
         return type(self)._channel.request(op, ref=self._ref)
 
-    def _method(self, name: str, *args: Any) -> Any:
+    def _method(self, name: str, *args: Any, within: float | None = None) -> Any:
         channel = type(self)._channel
         return channel.request(
-            "method", ref=self._ref, name=name, args=[channel.encode(a) for a in args], kwargs={}
+            "method",
+            within=within,
+            ref=self._ref,
+            name=name,
+            args=[channel.encode(a) for a in args],
+            kwargs={},
         )
 
     def take(self, queue: Any, token: str, now_ms: int) -> str | None:
@@ -599,11 +606,8 @@ class RemotePolicy(ReclaimPolicy):
         """The student's `suspect(job, now)` for the library's sweep run here: asked in the kernel, which is
         interrupted (and the run stopped) at the detector's `answer_within`, as `Detector`'s own watchdog
         does in one process; `Detector` checks the answer."""
-        channel = type(self)._channel
         try:
-            return channel.request(
-                "method", within=self.answer_within, ref=self._ref, name="suspect", args=[job, now], kwargs={}
-            )
+            return self._method("suspect", job, now, within=self.answer_within)
         except RemoteError:
             if time.monotonic() - started >= self.answer_within:  # interrupted in the kernel at the limit
                 name = f"{type(self).__qualname__}.suspect"
